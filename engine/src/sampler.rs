@@ -1,0 +1,1 @@
+//! Sampler (in progress).

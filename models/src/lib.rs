@@ -1,0 +1,1 @@
+//! Models (in progress).

@@ -1,0 +1,22 @@
+//! pn-ops: the op vocabulary of Pantheon.
+//!
+//! - [`GgmlType`]: every GGUF tensor type with its block geometry ([`dtype`]).
+//! - [`quant`]: block formats, exact reference dequantization, the activation quantizers
+//!   llama.cpp uses before quantized dot products, and `vec_dot` per weight type.
+//! - [`Op`]: the typed ops a graph is made of, with shape inference ([`op`]).
+//! - [`Tensor`], [`WeightView`]: activations and zero-copy weight views ([`tensor`]).
+//! - [`state`]: per-layer sequence state (KV cache, conv state, delta-rule state).
+//! - [`reference`]: a plain f32 reference kernel for every op — the oracle every
+//!   backend is tested against.
+
+pub mod dtype;
+pub mod op;
+pub mod quant;
+pub mod reference;
+pub mod state;
+pub mod tensor;
+
+pub use dtype::GgmlType;
+pub use op::{BinaryOp, Op, OpError, RopeMode, UnaryOp};
+pub use state::{KvCache, LayerState, RecurrentState};
+pub use tensor::{DType, Shape, Tensor, TensorData, TensorMeta, Value, WeightView};
