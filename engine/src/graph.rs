@@ -18,6 +18,8 @@ pub enum GraphError {
     Op { name: String, source: OpError },
     #[error("duplicate node name {0}")]
     DuplicateName(String),
+    #[error("tensor {name}: {msg}")]
+    Weight { name: String, msg: String },
 }
 
 #[derive(Clone, Debug)]

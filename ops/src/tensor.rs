@@ -196,13 +196,18 @@ impl<'a> WeightView<'a> {
         }
     }
     /// The whole tensor dequantized to f32 (for small tensors: norms, biases, conv taps).
-    pub fn to_f32(&self) -> Vec<f32> {
+    pub fn try_to_f32(&self) -> Result<Vec<f32>, crate::quant::QuantError> {
         let mut out = vec![0.0f32; self.shape.numel()];
         let ne0 = self.shape.0[0];
         for (r, chunk) in out.chunks_mut(ne0).enumerate() {
-            crate::quant::dequantize_row(self.ty, self.row(r), chunk);
+            crate::quant::dequantize_row(self.ty, self.row(r), chunk)?;
         }
-        out
+        Ok(out)
+    }
+    /// [`WeightView::try_to_f32`] for weights whose type was checked when the model was
+    /// loaded (`GgmlType::is_supported_weight`).
+    pub fn to_f32(&self) -> Vec<f32> {
+        self.try_to_f32().expect("weight types are checked at load time")
     }
 }
 

@@ -1,1 +1,46 @@
-fn main() {}
+//! `pn`: the Pantheon command line.
+
+mod cmd_info;
+mod cmd_logits;
+mod cmd_run;
+mod cmd_tokenize;
+mod load;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "pn", version, about = "Pantheon: a graph inference engine for qwen35moe GGUF models")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text (streams as it is generated). Without --model, runs the built-in default model.
+    Run(cmd_run::RunArgs),
+    /// Write every requested position's logits as JSON (the oracle's llama_oracle.py format).
+    Logits(cmd_logits::LogitsArgs),
+    /// Show metadata, the layer map and the tensor table of a GGUF.
+    Info(cmd_info::InfoArgs),
+    /// Tokenize text with the model's tokenizer.
+    Tokenize(cmd_tokenize::TokenizeArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Run(a) => cmd_run::run(a),
+        Cmd::Logits(a) => cmd_logits::run(a),
+        Cmd::Info(a) => cmd_info::run(a),
+        Cmd::Tokenize(a) => cmd_tokenize::run(a),
+    };
+    match res {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

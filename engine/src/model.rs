@@ -1,0 +1,42 @@
+//! What a model architecture provides to the generic runner.
+
+use crate::graph::{GraphBuilder, GraphError};
+use pn_ops::LayerState;
+
+/// The batch geometry a graph is built for. Graphs are cached per geometry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// Tokens in the micro-batch (one sequence).
+    pub n_tokens: usize,
+    /// Logits for every token (true) or only the last one (false).
+    pub all_logits: bool,
+}
+
+/// One line of a model's layer map (for `pn info` and dumps).
+#[derive(Clone, Debug)]
+pub struct LayerInfo {
+    pub index: usize,
+    pub kind: String,
+}
+
+/// A model architecture bound to one GGUF's configuration.
+///
+/// `build` adds the whole forward pass for a geometry to the builder: inputs `Tokens`
+/// and `Positions` (named `inp_tokens`, `inp_pos`), weights by GGUF tensor name, stateful
+/// ops referring to layer indices of `new_state`, and exactly one graph output: the
+/// logits `[n_vocab, n_out]` named `result_output`.
+pub trait Model: Send + Sync {
+    fn arch(&self) -> &str;
+    fn n_vocab(&self) -> usize;
+    /// Layers run by the main forward pass.
+    fn n_layer(&self) -> usize;
+    fn layers(&self) -> Vec<LayerInfo>;
+    /// Trained context length from the metadata.
+    fn context_length(&self) -> usize;
+    fn build(&self, geom: Geometry, b: &mut GraphBuilder) -> Result<(), GraphError>;
+    /// Fresh per-sequence state for one sequence, one entry per layer, with room for
+    /// `max_seq` positions in every KV cache.
+    fn new_state(&self, max_seq: usize) -> Vec<LayerState>;
+    /// Human-readable hyper-parameters, in a stable order.
+    fn describe(&self) -> Vec<(String, String)>;
+}

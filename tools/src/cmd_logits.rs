@@ -1,0 +1,69 @@
+//! `pn logits`: every position's logits as the oracle's JSON.
+
+use crate::load;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use pn_engine::sampler::argmax;
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Args)]
+pub struct LogitsArgs {
+    /// GGUF model (default: the built-in model)
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Comma-separated token ids
+    #[arg(long, conflicts_with = "prompt")]
+    tokens: Option<String>,
+    /// Text to tokenize (special tokens parsed, BOS added if the model asks for it)
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Output JSON file
+    #[arg(long)]
+    out: PathBuf,
+    /// Tokens per forward pass
+    #[arg(long, default_value_t = 512)]
+    ubatch: usize,
+    /// Only the last position's logits
+    #[arg(long)]
+    last: bool,
+    /// Threads (0 = all cores)
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+}
+
+pub fn run(a: LogitsArgs) -> Result<()> {
+    let l = load::load(a.model.as_deref(), a.threads, a.ubatch)?;
+    let tokens = match (&a.tokens, &a.prompt) {
+        (Some(t), _) => load::parse_tokens(t)?,
+        (None, Some(p)) => {
+            let tok = load::tokenizer(&l)?;
+            let mut ids = Vec::new();
+            if tok.add_bos() {
+                ids.extend(tok.bos());
+            }
+            ids.extend(tok.encode(p, true));
+            if ids.is_empty() {
+                bail!("--prompt: the text tokenized to no tokens");
+            }
+            ids
+        }
+        (None, None) => bail!("expected --tokens or --prompt"),
+    };
+    let mut st = l.runner.new_state(tokens.len().max(16));
+    let logits = l.runner.forward(&mut st, &tokens, !a.last)?;
+    let rows: Vec<&[f32]> = (0..logits.rows()).map(|i| logits.row(i)).collect();
+    let json = serde_json::json!({
+        "model": l.name,
+        "tokens": tokens,
+        "kv_type": "f32",
+        "ubatch": a.ubatch,
+        "logits": rows,
+        "argmax": rows.iter().map(|r| argmax(r)).collect::<Vec<_>>(),
+    });
+    let mut f = std::fs::File::create(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
+    serde_json::to_writer(&mut f, &json)?;
+    f.write_all(b"\n")?;
+    eprintln!("wrote {} × {} logits to {}", rows.len(), logits.n_vocab, a.out.display());
+    Ok(())
+}

@@ -1,0 +1,143 @@
+//! `pn run`: generate text, streamed token by token.
+
+use crate::load;
+use anyhow::{bail, Result};
+use clap::Args;
+use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::tokenizer::StreamDecoder;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// The prompt used when the built-in model runs without one.
+const DEFAULT_PROMPT: &str = "def fibonacci(n):";
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// GGUF model (default: the built-in default model)
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Prompt text (special tokens such as <|im_start|> are parsed)
+    #[arg(long, short = 'p')]
+    prompt: Option<String>,
+    /// Tokens to generate
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n: usize,
+    /// Temperature (0 = greedy). Default 0.8, or 0.7 for the built-in model
+    #[arg(long)]
+    temp: Option<f32>,
+    /// Top-k (0 = off)
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (1 = off)
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p (0 = off)
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty (1 = off). Default 1.0, or 1.1 for the built-in model (it loops)
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
+    /// Random seed (default: from the clock; printed at the end)
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Greedy decoding (same as --temp 0)
+    #[arg(long)]
+    greedy: bool,
+    /// Context size in tokens (KV cache capacity)
+    #[arg(long, default_value_t = 4096)]
+    max_seq: usize,
+    /// Threads (0 = all cores)
+    #[arg(long, short = 't', default_value_t = 0)]
+    threads: usize,
+    /// Tokens per forward pass during prompt processing
+    #[arg(long, default_value_t = 512)]
+    ubatch: usize,
+    /// Do not stop at end-of-generation tokens
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    if a.n == 0 {
+        bail!("-n: expected at least 1 token to generate, found 0");
+    }
+    let l = load::load(a.model.as_deref(), a.threads, a.ubatch)?;
+    let tok = load::tokenizer(&l)?;
+    let prompt = match (&a.prompt, l.is_default) {
+        (Some(p), _) => p.clone(),
+        (None, true) => DEFAULT_PROMPT.to_string(),
+        (None, false) => bail!("--prompt: expected a prompt for --model (only the built-in model has a default prompt)"),
+    };
+    let seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
+    let cfg = SamplerConfig {
+        temperature: if a.greedy { 0.0 } else { a.temp.unwrap_or(if l.is_default { 0.7 } else { 0.8 }) },
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty.unwrap_or(if l.is_default { 1.1 } else { 1.0 }),
+        repeat_last_n: 64,
+        seed,
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let max_seq = a.max_seq.clamp(16, 262_144);
+    if max_seq != a.max_seq {
+        eprintln!("warning: --max-seq {} clamped to {max_seq}", a.max_seq);
+    }
+    let mut ids = Vec::new();
+    if tok.add_bos() {
+        ids.extend(tok.bos());
+    }
+    ids.extend(tok.encode(&prompt, true));
+    if ids.is_empty() {
+        bail!("--prompt: the text tokenized to no tokens");
+    }
+    if ids.len() >= max_seq {
+        bail!("the prompt has {} tokens but the context holds {max_seq} (raise --max-seq)", ids.len());
+    }
+    let n_gen = a.n.min(max_seq - ids.len());
+    if n_gen < a.n {
+        eprintln!("warning: generating {n_gen} tokens, not {}: the context holds {max_seq}", a.n);
+    }
+
+    let mut st = l.runner.new_state(max_seq);
+    let mut sampler = Sampler::new(cfg);
+    sampler.observe(&ids);
+    let mut out = std::io::stdout().lock();
+    write!(out, "{prompt}")?;
+    out.flush()?;
+
+    let t0 = Instant::now();
+    let logits = l.runner.forward(&mut st, &ids, false)?;
+    let t_prompt = t0.elapsed().as_secs_f64();
+    let mut next = sampler.sample(logits.last());
+    let mut dec = StreamDecoder::new();
+    let t1 = Instant::now();
+    let mut generated = 0;
+    loop {
+        if !a.ignore_eos && tok.is_eog(next) {
+            break;
+        }
+        write!(out, "{}", dec.push(&tok, next))?;
+        out.flush()?;
+        generated += 1;
+        if generated >= n_gen {
+            break;
+        }
+        let logits = l.runner.forward(&mut st, &[next], false)?;
+        next = sampler.sample(logits.last());
+    }
+    writeln!(out, "{}", dec.flush())?;
+    let t_gen = t1.elapsed().as_secs_f64();
+    eprintln!(
+        "\n[{}: prompt {} tokens in {:.2}s ({:.1} tok/s), generated {} tokens in {:.2}s ({:.1} tok/s), seed {seed}]",
+        l.name,
+        ids.len(),
+        t_prompt,
+        ids.len() as f64 / t_prompt.max(1e-9),
+        generated,
+        t_gen,
+        generated as f64 / t_gen.max(1e-9)
+    );
+    Ok(())
+}
