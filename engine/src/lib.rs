@@ -1,12 +1,21 @@
 //! pn-engine: everything between a GGUF file and logits that is not model-specific.
 
 pub mod backend;
+pub mod chat;
+pub mod dump;
 pub mod gguf;
+pub mod gguf_writer;
 pub mod graph;
+pub mod model;
+pub mod npy;
 pub mod runner;
 pub mod sampler;
+pub mod state;
 pub mod tokenizer;
 
 pub use backend::{Backend, ReferenceBackend, Support};
 pub use gguf::{Gguf, GgufError, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};
+pub use model::{Geometry, LayerInfo, Model};
+pub use runner::{RunError, Runner};
+pub use state::SeqState;

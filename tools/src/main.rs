@@ -1,5 +1,6 @@
 //! `pn`: the Pantheon command line.
 
+mod cmd_bench;
 mod cmd_info;
 mod cmd_logits;
 mod cmd_run;
@@ -26,6 +27,8 @@ enum Cmd {
     Info(cmd_info::InfoArgs),
     /// Tokenize text with the model's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Prefill and decode tokens/s as one JSON line (like the oracle's llama_bench.py).
+    Bench(cmd_bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         Cmd::Logits(a) => cmd_logits::run(a),
         Cmd::Info(a) => cmd_info::run(a),
         Cmd::Tokenize(a) => cmd_tokenize::run(a),
+        Cmd::Bench(a) => cmd_bench::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -36,9 +36,8 @@ impl Qwen35 {
         let cfg = Config::from_gguf(g, arch, ffn == Ffn::Moe)?;
         let w = Weights::from_gguf(g);
         for il in 0..cfg.n_layer {
-            for t in ["attn_norm.weight", "post_attention_norm.weight", "ssm_conv1d.weight", "ffn_gate_inp.weight", "ffn_gate_inp_shexp.weight"] {
-                w.require_f32(&format!("blk.{il}.{t}")).map_err(|e| ConfigError::Invalid(e.to_string()))?;
-            }
+            // the causal conv reads its taps as f32 rows (ggml_ssm_conv asserts the same)
+            w.require_f32(&format!("blk.{il}.ssm_conv1d.weight")).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         }
         Ok(Qwen35 { cfg, ffn, w })
     }

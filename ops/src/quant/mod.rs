@@ -7,42 +7,315 @@
 //! - `vec_dot_type(w)`: the activation format for weight type `w`.
 //! - `quantize_row(act_ty, x, out)`: f32 row -> `act_ty` blocks (`out.len()` = row bytes).
 //! - `vec_dot(w_ty, n, w_row, act_row) -> f32`.
+//!
+//! Layout of this module:
+//! - [`floats`]: F32 / F16 / BF16 conversion and dot products.
+//! - [`q8`]: the activation formats Q8_0, Q8_1, Q8_K (quantizers, dequant, Q8·Q8 dots).
+//! - [`legacy`]: Q4_0, Q4_1, Q5_0, Q5_1.
+//! - [`k_quants`]: Q2_K .. Q6_K.
+//! - [`iq4`]: IQ4_NL, IQ4_XS; [`mxfp4`]: MXFP4.
+//! - [`iq_grid`]: the codebook types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
+//!   (tables in the generated [`iq_grids`]).
+//! - `x86` / `x86_k`: AVX2+FMA kernels, selected at run time (scalar fallback always kept).
+//!
+//! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
+//! tested against it.
+
+// Kernel code indexes blocks by the offsets of the spec; ranges read better than iterators.
+#![allow(clippy::needless_range_loop)]
 
 use crate::GgmlType;
 use thiserror::Error;
+
+pub mod floats;
+pub mod iq4;
+pub mod iq_grid;
+#[rustfmt::skip]
+pub mod iq_grids;
+pub mod k_quants;
+pub mod legacy;
+pub mod mxfp4;
+pub mod q8;
+#[cfg(target_arch = "x86_64")]
+mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_k;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum QuantError {
     #[error("type {0} cannot be dequantized (unsupported block format)")]
     Unsupported(GgmlType),
     #[error("{ty}: row of {n} elements is not a multiple of the block size {block}")]
-    BadLength { ty: GgmlType, n: usize, block: usize },
+    BadLength {
+        ty: GgmlType,
+        n: usize,
+        block: usize,
+    },
     #[error("{ty}: expected {expected} bytes for {n} elements, found {found}")]
-    BadBytes { ty: GgmlType, n: usize, expected: usize, found: usize },
+    BadBytes {
+        ty: GgmlType,
+        n: usize,
+        expected: usize,
+        found: usize,
+    },
+}
+
+/// Whether `dequantize_row` / `vec_dot` know the block format `ty` as a weight.
+fn is_weight(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2K
+            | Q3K
+            | Q4K
+            | Q5K
+            | Q6K
+            | Q8K
+            | IQ4NL
+            | IQ4XS
+            | MXFP4
+            | IQ2XXS
+            | IQ2XS
+            | IQ2S
+            | IQ3XXS
+            | IQ3S
+            | IQ1S
+            | IQ1M
+    )
+}
+
+/// Checks that `n` elements of `ty` fit in `found` bytes (`exact`: and nothing more);
+/// returns the number of bytes of the row.
+fn check_row(ty: GgmlType, n: usize, found: usize, exact: bool) -> Result<usize, QuantError> {
+    let block = ty.block_size();
+    if !n.is_multiple_of(block) {
+        return Err(QuantError::BadLength { ty, n, block });
+    }
+    let expected = ty
+        .row_bytes(n)
+        .ok_or(QuantError::BadLength { ty, n, block })?;
+    if found < expected || (exact && found != expected) {
+        return Err(QuantError::BadBytes {
+            ty,
+            n,
+            expected,
+            found,
+        });
+    }
+    Ok(expected)
 }
 
 /// Dequantize one row: `out.len()` elements from `src` blocks of type `ty`.
 pub fn dequantize_row(ty: GgmlType, src: &[u8], out: &mut [f32]) -> Result<(), QuantError> {
-    let _ = (ty, src, out);
-    todo!("quant helper")
+    use GgmlType::*;
+    if !is_weight(ty) {
+        return Err(QuantError::Unsupported(ty));
+    }
+    check_row(ty, out.len(), src.len(), true)?;
+    match ty {
+        F32 => floats::dequant_f32(src, out),
+        F16 => floats::dequant_f16(src, out),
+        BF16 => floats::dequant_bf16(src, out),
+        Q4_0 => legacy::dequant_q4_0(src, out),
+        Q4_1 => legacy::dequant_q4_1(src, out),
+        Q5_0 => legacy::dequant_q5_0(src, out),
+        Q5_1 => legacy::dequant_q5_1(src, out),
+        Q8_0 => q8::dequant_q8_0(src, out),
+        Q8K => q8::dequant_q8_k(src, out),
+        Q2K => k_quants::dequant_q2_k(src, out),
+        Q3K => k_quants::dequant_q3_k(src, out),
+        Q4K => k_quants::dequant_q4_k(src, out),
+        Q5K => k_quants::dequant_q5_k(src, out),
+        Q6K => k_quants::dequant_q6_k(src, out),
+        IQ4NL => iq4::dequant_iq4_nl(src, out),
+        IQ4XS => iq4::dequant_iq4_xs(src, out),
+        MXFP4 => mxfp4::dequant_mxfp4(src, out),
+        IQ2XXS => iq_grid::dequant_iq2_xxs(src, out),
+        IQ2XS => iq_grid::dequant_iq2_xs(src, out),
+        IQ2S => iq_grid::dequant_iq2_s(src, out),
+        IQ3XXS => iq_grid::dequant_iq3_xxs(src, out),
+        IQ3S => iq_grid::dequant_iq3_s(src, out),
+        IQ1S => iq_grid::dequant_iq1_s(src, out),
+        IQ1M => iq_grid::dequant_iq1_m(src, out),
+        _ => return Err(QuantError::Unsupported(ty)),
+    }
+    Ok(())
 }
 
 /// The type activations are converted to before a dot with a weight of type `w` (spec §8.1).
+///
+/// Types without a dot product (integers, F64, Q8_1, TQ*) map to Q8_K / themselves as
+/// ggml does; `vec_dot` rejects them anyway.
 pub fn vec_dot_type(w: GgmlType) -> GgmlType {
-    let _ = w;
-    todo!("quant helper")
+    use GgmlType::*;
+    match w {
+        F32 => F32,
+        F16 => F16,
+        BF16 => BF16,
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL | MXFP4 => Q8_0,
+        Q4_1 | Q5_1 | Q8_1 => Q8_1,
+        Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ4XS | IQ2XXS | IQ2XS | IQ2S | IQ3XXS | IQ3S
+        | IQ1S | IQ1M | TQ1_0 | TQ2_0 => Q8K,
+        I8 | I16 | I32 | I64 | F64 => w,
+    }
+}
+
+/// Checked form of [`quantize_row`].
+pub fn try_quantize_row(act_ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    if !matches!(act_ty, F32 | F16 | BF16 | Q8_0 | Q8_1 | Q8K) {
+        return Err(QuantError::Unsupported(act_ty));
+    }
+    check_row(act_ty, x.len(), out.len(), true)?;
+    match act_ty {
+        F32 => floats::quantize_f32(x, out),
+        F16 => floats::quantize_f16(x, out),
+        BF16 => floats::quantize_bf16(x, out),
+        Q8_0 => q8::quantize_q8_0(x, out),
+        Q8_1 => q8::quantize_q8_1(x, out),
+        Q8K => q8::quantize_q8_k(x, out),
+        _ => unreachable!("checked above"),
+    }
+    Ok(())
 }
 
 /// Convert an f32 row to `act_ty` (F32, F16, BF16, Q8_0, Q8_1, Q8_K) exactly as ggml's
 /// x86 CPU path does. `out.len()` must be `act_ty.row_bytes(x.len())`.
+///
+/// Never panics: on a bad type or length (see [`try_quantize_row`]) `out` is zero-filled.
 pub fn quantize_row(act_ty: GgmlType, x: &[f32], out: &mut [u8]) {
-    let _ = (act_ty, x, out);
-    todo!("quant helper")
+    if try_quantize_row(act_ty, x, out).is_err() {
+        out.fill(0);
+    }
+}
+
+/// Checked form of [`vec_dot`]. `w` and `act` may be longer than the `n`-element rows
+/// (only the leading bytes are read).
+pub fn try_vec_dot(w_ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantError> {
+    if !is_weight(w_ty) {
+        return Err(QuantError::Unsupported(w_ty));
+    }
+    let a_ty = vec_dot_type(w_ty);
+    let wb = check_row(w_ty, n, w.len(), false)?;
+    let ab = check_row(a_ty, n, act.len(), false)?;
+    let (w, act) = (&w[..wb], &act[..ab]);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(v) = x86::vec_dot(w_ty, n, w, act) {
+        return Ok(v);
+    }
+    Ok(scalar::vec_dot(w_ty, n, w, act))
 }
 
 /// Dot product of `n` elements of a weight row (`w_ty` blocks) with an activation row
 /// already converted to `vec_dot_type(w_ty)`.
+///
+/// Never panics and never reads out of bounds: on a bad type or length (see
+/// [`try_vec_dot`]) it returns NaN.
 pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let _ = (w_ty, n, w, act);
-    todo!("quant helper")
+    try_vec_dot(w_ty, n, w, act).unwrap_or(f32::NAN)
+}
+
+/// Whether AVX2 + FMA + F16C kernels are used (detected once, cached).
+pub fn simd_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::has_avx2()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The portable scalar kernels (the reference the SIMD kernels are tested against).
+pub mod scalar {
+    use super::*;
+
+    /// Scalar `vec_dot`; the caller guarantees the lengths (checked by `try_vec_dot`):
+    /// on violated lengths this returns NaN instead of panicking.
+    pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> f32 {
+        use GgmlType::*;
+        let a_ty = vec_dot_type(w_ty);
+        if !is_weight(w_ty)
+            || check_row(w_ty, n, w.len(), false).is_err()
+            || check_row(a_ty, n, act.len(), false).is_err()
+        {
+            return f32::NAN;
+        }
+        let wb = w_ty.row_bytes(n).unwrap_or(0);
+        let ab = a_ty.row_bytes(n).unwrap_or(0);
+        let (w, a) = (&w[..wb], &act[..ab]);
+        match w_ty {
+            F32 => floats::dot_f32(w, a),
+            F16 => floats::dot_f16(w, a),
+            BF16 => floats::dot_bf16(w, a),
+            Q4_0 => legacy::dot_q4_0(w, a),
+            Q4_1 => legacy::dot_q4_1(w, a),
+            Q5_0 => legacy::dot_q5_0(w, a),
+            Q5_1 => legacy::dot_q5_1(w, a),
+            Q8_0 => q8::dot_q8_0(w, a),
+            Q8K => q8::dot_q8_k(w, a),
+            Q2K => k_quants::dot_q2_k(w, a),
+            Q3K => k_quants::dot_q3_k(w, a),
+            Q4K => k_quants::dot_q4_k(w, a),
+            Q5K => k_quants::dot_q5_k(w, a),
+            Q6K => k_quants::dot_q6_k(w, a),
+            IQ4NL => iq4::dot_iq4_nl(w, a),
+            IQ4XS => iq4::dot_iq4_xs(w, a),
+            MXFP4 => mxfp4::dot_mxfp4(w, a),
+            IQ2XXS => iq_grid::dot_iq2_xxs(w, a),
+            IQ2XS => iq_grid::dot_iq2_xs(w, a),
+            IQ2S => iq_grid::dot_iq2_s(w, a),
+            IQ3XXS => iq_grid::dot_iq3_xxs(w, a),
+            IQ3S => iq_grid::dot_iq3_s(w, a),
+            IQ1S => iq_grid::dot_iq1_s(w, a),
+            IQ1M => iq_grid::dot_iq1_m(w, a),
+            _ => f32::NAN,
+        }
+    }
+
+    /// Scalar activation quantizer (same contract as [`super::try_quantize_row`]).
+    pub fn quantize_row(act_ty: GgmlType, x: &[f32], out: &mut [u8]) -> Result<(), QuantError> {
+        use GgmlType::*;
+        check_row(act_ty, x.len(), out.len(), true)?;
+        match act_ty {
+            F32 => floats::quantize_f32(x, out),
+            F16 => floats::quantize_f16_scalar(x, out),
+            BF16 => floats::quantize_bf16_scalar(x, out),
+            Q8_0 => q8::quantize_q8_0_scalar(x, out),
+            Q8_1 => q8::quantize_q8_1(x, out),
+            Q8K => q8::quantize_q8_k_scalar(x, out),
+            _ => return Err(QuantError::Unsupported(act_ty)),
+        }
+        Ok(())
+    }
+}
+
+/// Little-endian helpers shared by the block modules.
+#[inline(always)]
+pub(crate) fn rd_f16(b: &[u8], off: usize) -> f32 {
+    half::f16::from_bits(u16::from_le_bytes([b[off], b[off + 1]])).to_f32()
+}
+#[inline(always)]
+pub(crate) fn rd_u16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+#[inline(always)]
+pub(crate) fn rd_u32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
+}
+#[inline(always)]
+pub(crate) fn rd_f32(b: &[u8], off: usize) -> f32 {
+    f32::from_bits(rd_u32(b, off))
+}
+#[inline(always)]
+pub(crate) fn wr_f16(b: &mut [u8], off: usize, v: f32) {
+    b[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
 }

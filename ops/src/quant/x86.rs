@@ -1,0 +1,419 @@
+//! AVX2 + FMA + F16C kernels (x86_64), chosen at run time (detected once, cached).
+//!
+//! This file: the dispatcher, shared helpers, the float types (F32 / F16 / BF16) and the
+//! activation quantizers (F16, BF16, Q8_0, Q8_K). The quantized dot products live in
+//! `x86_k.rs`. Every kernel has a scalar twin in the parent module, and
+//! `tests/quant_dot.rs` checks them against each other.
+
+use super::q8::{Q8_0_BYTES, Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
+use super::x86_k;
+use crate::GgmlType;
+use std::arch::x86_64::*;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+static HAS: AtomicU8 = AtomicU8::new(0);
+
+/// AVX2, FMA and F16C all present (detected once; 1 = no, 2 = yes). Setting the
+/// environment variable `PN_NO_SIMD` forces the scalar kernels.
+pub fn has_avx2() -> bool {
+    match HAS.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let ok = std::env::var_os("PN_NO_SIMD").is_none()
+                && is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c");
+            HAS.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
+            ok
+        }
+    }
+}
+
+/// The SIMD dot product for `w_ty`, or `None` when there is none (or no AVX2). The
+/// caller (`try_vec_dot`) has checked that `w` and `a` hold exactly the `n`-element rows.
+pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Option<f32> {
+    use GgmlType::*;
+    if !has_avx2() {
+        return None;
+    }
+    debug_assert_eq!(Some(w.len()), w_ty.row_bytes(n));
+    debug_assert_eq!(Some(a.len()), super::vec_dot_type(w_ty).row_bytes(n));
+    // SAFETY: AVX2/FMA/F16C were detected above; every kernel reads only the `n`
+    // elements' blocks, and the caller checked `w`/`a` hold exactly that many bytes.
+    unsafe {
+        Some(match w_ty {
+            F32 => dot_f32(n, w, a),
+            F16 => dot_f16(n, w, a),
+            BF16 => dot_bf16(n, w, a),
+            Q8_0 => x86_k::dot_q8_0(n / 32, w, a),
+            Q4_0 => x86_k::dot_q4_0(n / 32, w, a),
+            MXFP4 => x86_k::dot_mxfp4(n / 32, w, a),
+            IQ4NL => x86_k::dot_iq4_nl(n / 32, w, a),
+            IQ4XS => x86_k::dot_iq4_xs(n / 256, w, a),
+            Q4K => x86_k::dot_q4_k(n / 256, w, a),
+            Q5K => x86_k::dot_q5_k(n / 256, w, a),
+            Q6K => x86_k::dot_q6_k(n / 256, w, a),
+            _ => return None,
+        })
+    }
+}
+
+/// Horizontal sum of 8 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Horizontal max of 8 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hmax_ps(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    _mm_cvtss_f32(m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, c) in acc.iter_mut().enumerate() {
+            // SAFETY: i + 8k + 8 <= n elements; unaligned loads.
+            let x = unsafe { _mm256_loadu_ps(pw.add(i + 8 * k)) };
+            // SAFETY: as for the line above.
+            let y = unsafe { _mm256_loadu_ps(pa.add(i + 8 * k)) };
+            *c = _mm256_fmadd_ps(x, y, *c);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n elements.
+        let (x, y) = unsafe { (_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i))) };
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    for j in i..n {
+        s += super::rd_f32(w, 4 * j) * super::rd_f32(a, 4 * j);
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr(), a.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, c) in acc.iter_mut().enumerate() {
+            // SAFETY: elements i+8k .. i+8k+8 (16 bytes each) are inside both rows.
+            let x = _mm256_cvtph_ps(unsafe {
+                _mm_loadu_si128(pw.add(2 * (i + 8 * k)) as *const __m128i)
+            });
+            // SAFETY: as for the line above.
+            let y = _mm256_cvtph_ps(unsafe {
+                _mm_loadu_si128(pa.add(2 * (i + 8 * k)) as *const __m128i)
+            });
+            *c = _mm256_fmadd_ps(x, y, *c);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: elements i .. i+8 are inside both rows.
+        let x = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(pw.add(2 * i) as *const __m128i) });
+        // SAFETY: as for the line above.
+        let y = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(pa.add(2 * i) as *const __m128i) });
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    for j in i..n {
+        s += super::rd_f16(w, 2 * j) * super::rd_f16(a, 2 * j);
+    }
+    s
+}
+
+/// 8 bf16 values at `p` widened to f32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_bf16(p: *const u8) -> __m256 {
+    // SAFETY: the caller guarantees 16 readable bytes at `p`.
+    let h = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr(), a.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, c) in acc.iter_mut().enumerate() {
+            // SAFETY: elements i+8k .. i+8k+8 are inside both rows.
+            let (x, y) = unsafe {
+                (
+                    load_bf16(pw.add(2 * (i + 8 * k))),
+                    load_bf16(pa.add(2 * (i + 8 * k))),
+                )
+            };
+            *c = _mm256_fmadd_ps(x, y, *c);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: elements i .. i+8 are inside both rows.
+        let (x, y) = unsafe { (load_bf16(pw.add(2 * i)), load_bf16(pa.add(2 * i))) };
+        acc[0] = _mm256_fmadd_ps(x, y, acc[0]);
+        i += 8;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
+    let bf = |b: &[u8], j: usize| super::floats::bf16_bits_to_f32(super::rd_u16(b, 2 * j));
+    for j in i..n {
+        s += bf(w, j) * bf(a, j);
+    }
+    s
+}
+
+/// F16 row -> f32 (exact). Returns false when AVX2/F16C is missing.
+pub fn dequant_f16(src: &[u8], out: &mut [f32]) -> bool {
+    if !has_avx2() || src.len() != 2 * out.len() {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { dequant_f16_avx(src, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dequant_f16_avx(src: &[u8], out: &mut [f32]) {
+    let n = out.len();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: 16 bytes of src at 2i and 8 floats of out at i are in bounds (i + 8 <= n).
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(2 * i) as *const __m128i);
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for j in i..n {
+        out[j] = super::rd_f16(src, 2 * j);
+    }
+}
+
+/// f32 row -> F16 (round to nearest even, as `_mm256_cvtps_ph(x, 0)`).
+pub fn quantize_f16(x: &[f32], out: &mut [u8]) -> bool {
+    if !has_avx2() || out.len() != 2 * x.len() {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { quantize_f16_avx(x, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_f16_avx(x: &[f32], out: &mut [u8]) {
+    let n = x.len();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: 8 floats at i and 16 bytes of out at 2i are in bounds (i + 8 <= n).
+        unsafe {
+            let h = _mm256_cvtps_ph(
+                _mm256_loadu_ps(x.as_ptr().add(i)),
+                _MM_FROUND_TO_NEAREST_INT,
+            );
+            _mm_storeu_si128(out.as_mut_ptr().add(2 * i) as *mut __m128i, h);
+        }
+        i += 8;
+    }
+    super::floats::quantize_f16_scalar(&x[i..], &mut out[2 * i..]);
+}
+
+/// f32 row -> BF16 (ggml rounding: NaN quieted, otherwise round to nearest even).
+pub fn quantize_bf16(x: &[f32], out: &mut [u8]) -> bool {
+    if !has_avx2() || out.len() != 2 * x.len() {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { quantize_bf16_avx(x, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_bf16_avx(x: &[f32], out: &mut [u8]) {
+    let n = x.len();
+    let mut i = 0;
+    let (abs_mask, inf, one, bias, quiet) = (
+        _mm256_set1_epi32(0x7fff_ffff),
+        _mm256_set1_epi32(0x7f80_0000),
+        _mm256_set1_epi32(1),
+        _mm256_set1_epi32(0x7fff),
+        _mm256_set1_epi32(64),
+    );
+    while i + 16 <= n {
+        let mut halves = [_mm256_setzero_si256(); 2];
+        for (k, h) in halves.iter_mut().enumerate() {
+            // SAFETY: 8 floats at i + 8k are in bounds (i + 16 <= n).
+            let u = _mm256_castps_si256(unsafe { _mm256_loadu_ps(x.as_ptr().add(i + 8 * k)) });
+            let odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+            let rne = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, odd)), 16);
+            let nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+            let qn = _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet);
+            *h = _mm256_blendv_epi8(rne, qn, nan);
+        }
+        // values are <= 0xffff, so the unsigned saturation of packus is exact
+        let p = _mm256_permute4x64_epi64(_mm256_packus_epi32(halves[0], halves[1]), 0b11_01_10_00);
+        // SAFETY: 32 bytes of out at 2i are in bounds (i + 16 <= n).
+        unsafe { _mm256_storeu_si256(out.as_mut_ptr().add(2 * i) as *mut __m256i, p) };
+        i += 16;
+    }
+    super::floats::quantize_bf16_scalar(&x[i..], &mut out[2 * i..]);
+}
+
+/// max |x| of 32 floats at `p`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn amax32(p: *const f32) -> (f32, [__m256; 4]) {
+    let sign = _mm256_set1_ps(-0.0);
+    // SAFETY: the caller guarantees 32 readable floats at `p`.
+    let v = unsafe {
+        [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ]
+    };
+    let m = _mm256_max_ps(
+        _mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+        _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])),
+    );
+    (hmax_ps(m), v)
+}
+
+/// Packs 32 i32 lanes (already in i8 range or saturated) into 32 i8 in element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn pack_i8(i: [__m256i; 4]) -> __m256i {
+    let a = _mm256_packs_epi32(i[0], i[1]);
+    let b = _mm256_packs_epi32(i[2], i[3]);
+    let p = _mm256_packs_epi16(a, b);
+    _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// f32 row -> Q8_0 as ggml's AVX `quantize_row_q8_0`.
+pub fn quantize_q8_0(x: &[f32], out: &mut [u8]) -> bool {
+    if !has_avx2() || !x.len().is_multiple_of(32) || out.len() != x.len() / 32 * Q8_0_BYTES {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { quantize_q8_0_avx(x, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_0_avx(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(32).zip(out.chunks_exact_mut(Q8_0_BYTES)) {
+        // SAFETY: xb holds 32 floats.
+        let (amax, v) = unsafe { amax32(xb.as_ptr()) };
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let mul = _mm256_set1_ps(id);
+        let q: [__m256i; 4] = core::array::from_fn(|k| {
+            let r = _mm256_round_ps(
+                _mm256_mul_ps(v[k], mul),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            );
+            _mm256_cvtps_epi32(r)
+        });
+        let p = pack_i8(q);
+        super::wr_f16(ob, 0, d);
+        // SAFETY: ob[2..34] is 32 writable bytes.
+        unsafe { _mm256_storeu_si256(ob.as_mut_ptr().add(2) as *mut __m256i, p) };
+    }
+}
+
+/// f32 row -> Q8_K exactly as `quantize_row_q8_K_ref`.
+pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) -> bool {
+    if !has_avx2() || !x.len().is_multiple_of(256) || out.len() != x.len() / 256 * Q8_K_BYTES {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { quantize_q8_k_avx(x, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_q8_k_avx(x: &[f32], out: &mut [u8]) {
+    for (xb, ob) in x.chunks_exact(256).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
+        let mut amax = 0f32;
+        for c in xb.chunks_exact(32) {
+            // SAFETY: c holds 32 floats.
+            amax = amax.max(unsafe { amax32(c.as_ptr()) }.0);
+        }
+        if amax == 0.0 || amax.is_nan() {
+            // (NaN inputs: defer to the scalar reference, whatever it does)
+            super::q8::quantize_q8_k_scalar(xb, ob);
+            continue;
+        }
+        // the signed value of the first element with the largest |x| (strict `>` in ggml)
+        let max = *xb.iter().find(|v| v.abs() == amax).unwrap_or(&amax);
+        let iscale = -127.0f32 / max;
+        let (mul, magic) = (_mm256_set1_ps(iscale), _mm256_set1_ps(12582912.0));
+        let (mant, off, top) = (
+            _mm256_set1_epi32(0x007f_ffff),
+            _mm256_set1_epi32(0x0040_0000),
+            _mm256_set1_epi32(127),
+        );
+        for (c, qo) in xb
+            .chunks_exact(32)
+            .zip(ob[Q8_K_QS..Q8_K_QS + 256].chunks_exact_mut(32))
+        {
+            let q: [__m256i; 4] = core::array::from_fn(|k| {
+                // SAFETY: c holds 32 floats.
+                let v = unsafe { _mm256_loadu_ps(c.as_ptr().add(8 * k)) };
+                // nearest_int: (bits(x·iscale + 1.5·2^23) & 0x7fffff) − 0x400000, then min 127
+                let t = _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(v, mul), magic));
+                _mm256_min_epi32(_mm256_sub_epi32(_mm256_and_si256(t, mant), off), top)
+            });
+            // SAFETY: qo is 32 writable bytes.
+            unsafe { _mm256_storeu_si256(qo.as_mut_ptr() as *mut __m256i, pack_i8(q)) };
+        }
+        // bsums: sums of 16 via sad on the biased bytes (q + 128)
+        for g in 0..8 {
+            // SAFETY: 32 bytes of qs at 32g are in bounds.
+            let q =
+                unsafe { _mm256_loadu_si256(ob.as_ptr().add(Q8_K_QS + 32 * g) as *const __m256i) };
+            let s = _mm256_sad_epu8(
+                _mm256_xor_si256(q, _mm256_set1_epi8(-128)),
+                _mm256_setzero_si256(),
+            );
+            let mut l = [0u64; 4];
+            // SAFETY: l is 32 writable bytes.
+            unsafe { _mm256_storeu_si256(l.as_mut_ptr() as *mut __m256i, s) };
+            for h in 0..2 {
+                let v = (l[2 * h] + l[2 * h + 1]) as i32 - 16 * 128;
+                let o = Q8_K_BSUMS + 2 * (2 * g + h);
+                ob[o..o + 2].copy_from_slice(&(v as i16).to_le_bytes());
+            }
+        }
+        ob[0..4].copy_from_slice(&(1.0f32 / iscale).to_le_bytes());
+    }
+}
