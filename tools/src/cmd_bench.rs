@@ -4,33 +4,26 @@
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
-use std::path::PathBuf;
 use std::time::Instant;
 
 #[derive(Args)]
 pub struct BenchArgs {
-    /// GGUF model (default: the built-in model)
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    opts: load::ModelOpts,
     #[arg(long, default_value_t = 128)]
     prompt_len: usize,
     #[arg(long, default_value_t = 32)]
     gen: usize,
-    /// Threads (0 = all cores)
-    #[arg(long, short = 't', default_value_t = 2)]
-    threads: usize,
     /// Repetitions; the best is reported
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    #[arg(long, default_value_t = 512)]
-    ubatch: usize,
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
     if a.prompt_len == 0 || a.gen == 0 || a.reps == 0 {
         bail!("--prompt-len, --gen and --reps: expected values ≥ 1, found {}, {}, {}", a.prompt_len, a.gen, a.reps);
     }
-    let l = load::load(a.model.as_deref(), a.threads, a.ubatch)?;
+    let l = load::load(&a.opts)?;
     let n_vocab = l.runner.model().n_vocab();
     if n_vocab <= 8 {
         bail!("the model's vocabulary ({n_vocab}) is too small to benchmark");
@@ -58,7 +51,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         serde_json::json!({
             "engine": "pantheon",
             "model": l.name,
-            "threads": a.threads,
+            "threads": a.opts.threads,
             "prompt_len": a.prompt_len,
             "gen": a.gen,
             "pp_tok_s": round2(best_pp),

@@ -9,9 +9,8 @@ use std::path::PathBuf;
 
 #[derive(Args)]
 pub struct LogitsArgs {
-    /// GGUF model (default: the built-in model)
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    opts: load::ModelOpts,
     /// Comma-separated token ids
     #[arg(long, conflicts_with = "prompt")]
     tokens: Option<String>,
@@ -21,19 +20,13 @@ pub struct LogitsArgs {
     /// Output JSON file
     #[arg(long)]
     out: PathBuf,
-    /// Tokens per forward pass
-    #[arg(long, default_value_t = 512)]
-    ubatch: usize,
     /// Only the last position's logits
     #[arg(long)]
     last: bool,
-    /// Threads (0 = all cores)
-    #[arg(long, short = 't', default_value_t = 0)]
-    threads: usize,
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
-    let l = load::load(a.model.as_deref(), a.threads, a.ubatch)?;
+    let l = load::load(&a.opts)?;
     let tokens = match (&a.tokens, &a.prompt) {
         (Some(t), _) => load::parse_tokens(t)?,
         (None, Some(p)) => {
@@ -57,7 +50,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         "model": l.name,
         "tokens": tokens,
         "kv_type": "f32",
-        "ubatch": a.ubatch,
+        "ubatch": a.opts.ubatch,
         "logits": rows,
         "argmax": rows.iter().map(|r| argmax(r)).collect::<Vec<_>>(),
     });

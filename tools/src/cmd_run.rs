@@ -6,7 +6,6 @@ use clap::Args;
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::tokenizer::StreamDecoder;
 use std::io::Write;
-use std::path::PathBuf;
 use std::time::Instant;
 
 /// The prompt used when the built-in model runs without one.
@@ -14,9 +13,8 @@ const DEFAULT_PROMPT: &str = "def fibonacci(n):";
 
 #[derive(Args)]
 pub struct RunArgs {
-    /// GGUF model (default: the built-in default model)
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    opts: load::ModelOpts,
     /// Prompt text (special tokens such as <|im_start|> are parsed)
     #[arg(long, short = 'p')]
     prompt: Option<String>,
@@ -47,12 +45,6 @@ pub struct RunArgs {
     /// Context size in tokens (KV cache capacity)
     #[arg(long, default_value_t = 4096)]
     max_seq: usize,
-    /// Threads (0 = all cores)
-    #[arg(long, short = 't', default_value_t = 0)]
-    threads: usize,
-    /// Tokens per forward pass during prompt processing
-    #[arg(long, default_value_t = 512)]
-    ubatch: usize,
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
@@ -62,7 +54,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n: expected at least 1 token to generate, found 0");
     }
-    let l = load::load(a.model.as_deref(), a.threads, a.ubatch)?;
+    let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
     let prompt = match (&a.prompt, l.is_default) {
         (Some(p), _) => p.clone(),

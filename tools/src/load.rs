@@ -12,6 +12,20 @@ use std::sync::Arc;
 static DEFAULT_MODEL: &[u8] = include_bytes!("../../models/default/pn-default-code-q4_k_m.gguf");
 pub const DEFAULT_MODEL_NAME: &str = "pn-default-code-q4_k_m (built in)";
 
+/// Flags shared by every command that runs a model.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ModelOpts {
+    /// GGUF model (default: the built-in model)
+    #[arg(long)]
+    pub model: Option<std::path::PathBuf>,
+    /// Threads (0 = all cores)
+    #[arg(long, short = 't', default_value_t = 0)]
+    pub threads: usize,
+    /// Tokens per forward pass (longer inputs run in several passes)
+    #[arg(long, default_value_t = 512)]
+    pub ubatch: usize,
+}
+
 pub struct Loaded {
     pub name: String,
     pub is_default: bool,
@@ -35,8 +49,9 @@ pub fn open_gguf(model: Option<&Path>) -> Result<(String, bool, Arc<Gguf>)> {
     }
 }
 
-pub fn load(model: Option<&Path>, threads: usize, ubatch: usize) -> Result<Loaded> {
-    let (name, is_default, gguf) = open_gguf(model)?;
+pub fn load(o: &ModelOpts) -> Result<Loaded> {
+    let (threads, ubatch) = (o.threads, o.ubatch);
+    let (name, is_default, gguf) = open_gguf(o.model.as_deref())?;
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
     let backend = Arc::new(CpuBackend::new(threads));
     let mut runner = Runner::new(m, gguf.clone(), backend).with_context(|| format!("cannot load model {name}"))?;
