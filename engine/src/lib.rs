@@ -11,6 +11,7 @@ pub mod npy;
 pub mod runner;
 pub mod sampler;
 pub mod state;
+pub mod tensor_dump;
 pub mod tokenizer;
 
 pub use backend::{Backend, ReferenceBackend, Support};

@@ -11,6 +11,8 @@ use std::path::PathBuf;
 pub struct LogitsArgs {
     #[command(flatten)]
     opts: load::ModelOpts,
+    #[command(flatten)]
+    dump: crate::tensor_opts::DumpOpts,
     /// Comma-separated token ids
     #[arg(long, conflicts_with = "prompt")]
     tokens: Option<String>,
@@ -44,7 +46,12 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         (None, None) => bail!("expected --tokens or --prompt"),
     };
     let mut st = l.runner.new_state(tokens.len().max(16));
-    let logits = l.runner.forward(&mut st, &tokens, !a.last)?;
+    let mut rec = a.dump.recorder()?;
+    let logits = match rec.as_mut() {
+        Some(r) => l.runner.forward_observed(&mut st, &tokens, !a.last, Some(&mut |n, t| r.record(n, t)))?,
+        None => l.runner.forward(&mut st, &tokens, !a.last)?,
+    };
+    a.dump.finish(rec)?;
     let rows: Vec<&[f32]> = (0..logits.rows()).map(|i| logits.row(i)).collect();
     let json = serde_json::json!({
         "model": l.name,

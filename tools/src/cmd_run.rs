@@ -4,6 +4,7 @@ use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
 use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::tensor_dump::TensorRecorder;
 use pn_engine::tokenizer::StreamDecoder;
 use std::io::Write;
 use std::time::Instant;
@@ -15,6 +16,8 @@ const DEFAULT_PROMPT: &str = "def fibonacci(n):";
 pub struct RunArgs {
     #[command(flatten)]
     opts: load::ModelOpts,
+    #[command(flatten)]
+    dump: crate::tensor_opts::DumpOpts,
     /// Prompt text (special tokens such as <|im_start|> are parsed)
     #[arg(long, short = 'p')]
     prompt: Option<String>,
@@ -48,6 +51,14 @@ pub struct RunArgs {
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
+}
+
+/// One forward pass (last-token logits), observed by the tensor recorder when dumping.
+fn step(r: &pn_engine::Runner, st: &mut pn_engine::SeqState, ids: &[u32], rec: Option<&mut TensorRecorder>) -> Result<pn_engine::runner::Logits> {
+    Ok(match rec {
+        Some(rec) => r.forward_observed(st, ids, false, Some(&mut |n, t| rec.record(n, t)))?,
+        None => r.forward(st, ids, false)?,
+    })
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
@@ -100,7 +111,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     out.flush()?;
 
     let t0 = Instant::now();
-    let logits = l.runner.forward(&mut st, &ids, false)?;
+    let mut rec = a.dump.recorder()?;
+    let logits = step(&l.runner, &mut st, &ids, rec.as_mut())?;
     let t_prompt = t0.elapsed().as_secs_f64();
     let mut next = sampler.sample(logits.last());
     let mut dec = StreamDecoder::new();
@@ -116,10 +128,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         if generated >= n_gen {
             break;
         }
-        let logits = l.runner.forward(&mut st, &[next], false)?;
+        let logits = step(&l.runner, &mut st, &[next], rec.as_mut())?;
         next = sampler.sample(logits.last());
     }
     writeln!(out, "{}", dec.flush())?;
+    a.dump.finish(rec)?;
     let t_gen = t1.elapsed().as_secs_f64();
     eprintln!(
         "\n[{}: prompt {} tokens in {:.2}s ({:.1} tok/s), generated {} tokens in {:.2}s ({:.1} tok/s), seed {seed}]",

@@ -1,11 +1,14 @@
 //! `pn`: the Pantheon command line.
 
 mod cmd_bench;
+mod cmd_diff;
+mod cmd_dump;
 mod cmd_info;
 mod cmd_logits;
 mod cmd_run;
 mod cmd_tokenize;
 mod load;
+mod tensor_opts;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -29,6 +32,10 @@ enum Cmd {
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Prefill and decode tokens/s as one JSON line (like the oracle's llama_bench.py).
     Bench(cmd_bench::BenchArgs),
+    /// Print the model's graph (text, Graphviz DOT or JSON).
+    Dump(cmd_dump::DumpArgs),
+    /// Compare every named tensor with a reference dump and name the first divergence.
+    Diff(cmd_diff::DiffArgs),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +46,8 @@ fn main() -> ExitCode {
         Cmd::Info(a) => cmd_info::run(a),
         Cmd::Tokenize(a) => cmd_tokenize::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Dump(a) => cmd_dump::run(a),
+        Cmd::Diff(a) => cmd_diff::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,71 @@
+//! `pn dump`: the model's graph as text, Graphviz DOT or JSON.
+
+use crate::load;
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use pn_engine::dump;
+use pn_engine::Geometry;
+use std::ops::Range;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Fmt {
+    Text,
+    Dot,
+    Json,
+}
+
+#[derive(Args)]
+pub struct DumpArgs {
+    #[command(flatten)]
+    opts: load::ModelOpts,
+    #[arg(long, value_enum, default_value_t = Fmt::Text)]
+    format: Fmt,
+    /// Batch geometry: tokens per forward pass
+    #[arg(long, default_value_t = 1)]
+    tokens: usize,
+    /// Only these layers: `A..B` (B exclusive) or `A`
+    #[arg(long)]
+    layers: Option<String>,
+    /// Write here instead of stdout
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn parse_layers(s: &str, n_layer: usize) -> Result<Range<usize>> {
+    let bad = || anyhow::anyhow!("--layers: expected A..B or A with layers in 0..{n_layer}, found {s:?}");
+    let r = match s.split_once("..") {
+        Some((a, b)) => {
+            let a: usize = if a.is_empty() { 0 } else { a.trim().parse().map_err(|_| bad())? };
+            let b: usize = if b.is_empty() { n_layer } else { b.trim().parse().map_err(|_| bad())? };
+            a..b
+        }
+        None => {
+            let a: usize = s.trim().parse().map_err(|_| bad())?;
+            a..a + 1
+        }
+    };
+    if r.start >= r.end || r.end > n_layer {
+        return Err(bad());
+    }
+    Ok(r)
+}
+
+pub fn run(a: DumpArgs) -> Result<()> {
+    if a.tokens == 0 {
+        bail!("--tokens: expected at least 1, found 0");
+    }
+    let l = load::load(&a.opts)?;
+    let layers = a.layers.as_deref().map(|s| parse_layers(s, l.runner.model().n_layer())).transpose()?;
+    let g = l.runner.graph(Geometry { n_tokens: a.tokens, all_logits: false })?;
+    let text = match a.format {
+        Fmt::Text => dump::text(&g, layers, None),
+        Fmt::Dot => dump::dot(&g, layers, None),
+        Fmt::Json => serde_json::to_string_pretty(&dump::json(&g, layers, None))? + "\n",
+    };
+    match &a.out {
+        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
