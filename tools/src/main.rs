@@ -1,6 +1,7 @@
 //! `pn`: the Pantheon command line.
 
 mod cmd_bench;
+mod cmd_chat;
 mod cmd_diff;
 mod cmd_dump;
 mod cmd_info;
@@ -24,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Generate text (streams as it is generated). Without --model, runs the built-in default model.
     Run(cmd_run::RunArgs),
+    /// Interactive multi-turn chat with the model's chat template.
+    Chat(cmd_chat::ChatArgs),
     /// Write every requested position's logits as JSON (the oracle's llama_oracle.py format).
     Logits(cmd_logits::LogitsArgs),
     /// Show metadata, the layer map and the tensor table of a GGUF.
@@ -46,6 +49,7 @@ fn main() -> ExitCode {
         Cmd::Info(a) => cmd_info::run(a),
         Cmd::Tokenize(a) => cmd_tokenize::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Chat(a) => cmd_chat::run(a),
         Cmd::Dump(a) => cmd_dump::run(a),
         Cmd::Diff(a) => cmd_diff::run(a),
     };

@@ -1,0 +1,176 @@
+//! `pn chat`: an interactive multi-turn chat. The conversation state stays in the model:
+//! each turn feeds only the text the chat template adds since the last turn.
+//! Ctrl-C stops the current answer; Ctrl-D (end of input) quits; `/reset` starts over.
+
+use crate::load;
+use anyhow::{bail, Result};
+use clap::Args;
+use pn_engine::chat::{render_for, ChatMessage};
+use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
+use pn_engine::{Runner, SeqState};
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    opts: load::ModelOpts,
+    /// System prompt
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per answer
+    #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
+    n: usize,
+    /// Temperature (0 = greedy)
+    #[arg(long, default_value_t = 0.7)]
+    temp: f32,
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    #[arg(long, default_value_t = 1.1)]
+    repeat_penalty: f32,
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Context size in tokens
+    #[arg(long, default_value_t = 4096)]
+    max_seq: usize,
+}
+
+/// What the model has seen: the rendered conversation text so far and its state.
+struct Conversation {
+    messages: Vec<ChatMessage>,
+    fed: String,
+    st: SeqState,
+}
+
+impl Conversation {
+    fn new(system: &Option<String>, st: SeqState) -> Conversation {
+        let messages = system.iter().map(|s| ChatMessage::system(s.clone())).collect();
+        Conversation { messages, fed: String::new(), st }
+    }
+
+    /// Tokens to feed for the current messages: only the rendered text past what the
+    /// model has already seen; everything (after a reset) if the template re-rendered
+    /// earlier turns differently.
+    fn pending_tokens(&mut self, tok: &Tokenizer) -> Result<Vec<u32>> {
+        let rendered = render_for(tok, &self.messages, true)?;
+        if !rendered.starts_with(&self.fed) {
+            self.st.reset();
+            self.fed.clear();
+        }
+        let delta = &rendered[self.fed.len()..];
+        let mut ids = Vec::new();
+        if self.st.pos == 0 && tok.add_bos() {
+            ids.extend(tok.bos());
+        }
+        ids.extend(tok.encode(delta, true));
+        self.fed = rendered;
+        Ok(ids)
+    }
+}
+
+pub fn run(a: ChatArgs) -> Result<()> {
+    if a.n == 0 {
+        bail!("-n: expected at least 1 token per answer, found 0");
+    }
+    let l = load::load(&a.opts)?;
+    let tok = load::tokenizer(&l)?;
+    let cfg = SamplerConfig {
+        temperature: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: 64,
+        seed: a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
+    };
+    cfg.validate().map_err(anyhow::Error::msg)?;
+    let max_seq = a.max_seq.clamp(16, 262_144);
+    let stop = Arc::new(AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))?;
+    }
+    let mut sampler = Sampler::new(cfg);
+    let mut conv = Conversation::new(&a.system, l.runner.new_state(max_seq));
+    eprintln!("{}: chat (Ctrl-C stops an answer, Ctrl-D quits, /reset starts over)", l.name);
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    loop {
+        write!(out, "\n> ")?;
+        out.flush()?;
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line)? == 0 {
+            writeln!(out)?;
+            return Ok(());
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.trim() == "/reset" {
+            conv = Conversation::new(&a.system, l.runner.new_state(max_seq));
+            eprintln!("(conversation cleared)");
+            continue;
+        }
+        conv.messages.push(ChatMessage::user(line));
+        let ids = conv.pending_tokens(&tok)?;
+        if conv.st.pos + ids.len() + 1 > max_seq {
+            conv.messages.pop();
+            eprintln!("error: context full: the conversation would need {} tokens but --max-seq is {max_seq}; /reset to start over", conv.st.pos + ids.len() + 1);
+            continue;
+        }
+        stop.store(false, Ordering::SeqCst);
+        let answer = answer(&l.runner, &tok, &mut conv.st, &mut sampler, &ids, a.n, &stop, &mut out)?;
+        // the template closes the turn; its end-of-turn text is fed with the next turn
+        conv.fed.push_str(&answer);
+        conv.messages.push(ChatMessage::assistant(answer));
+    }
+}
+
+/// Feed `ids`, then sample until an end-of-generation token, `n` tokens, a full
+/// context or Ctrl-C. Streams the text and returns it.
+#[allow(clippy::too_many_arguments)]
+fn answer(r: &Runner, tok: &Tokenizer, st: &mut SeqState, sampler: &mut Sampler, ids: &[u32], n: usize, stop: &AtomicBool, out: &mut impl Write) -> Result<String> {
+    let t0 = Instant::now();
+    sampler.observe(ids);
+    let mut next = sampler.sample(r.forward(st, ids, false)?.last());
+    let mut dec = StreamDecoder::new();
+    let mut text = String::new();
+    let t1 = Instant::now();
+    let mut generated = 0;
+    // every printed token is also fed, so the state always holds exactly the text shown
+    while !tok.is_eog(next) && !stop.load(Ordering::SeqCst) {
+        let piece = dec.push(tok, next);
+        write!(out, "{piece}")?;
+        out.flush()?;
+        text.push_str(&piece);
+        generated += 1;
+        if st.pos + 1 > st.max_seq {
+            break;
+        }
+        let logits = r.forward(st, &[next], false)?;
+        if generated >= n || st.pos + 1 > st.max_seq {
+            break;
+        }
+        next = sampler.sample(logits.last());
+    }
+    let rest = dec.flush();
+    write!(out, "{rest}")?;
+    text.push_str(&rest);
+    let dt = t1.elapsed().as_secs_f64();
+    let stopped = if stop.load(Ordering::SeqCst) { ", stopped" } else { "" };
+    eprintln!(
+        "\n[{generated} tokens, {:.1} tok/s; prompt {} tokens in {:.2}s{stopped}]",
+        generated as f64 / dt.max(1e-9),
+        ids.len(),
+        (t1 - t0).as_secs_f64()
+    );
+    Ok(text)
+}
