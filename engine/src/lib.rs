@@ -2,6 +2,7 @@
 
 pub mod backend;
 pub mod chat;
+pub mod conversation;
 pub mod dump;
 pub mod gguf;
 pub mod gguf_writer;

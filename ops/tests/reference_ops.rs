@@ -16,14 +16,22 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 }
 
 fn wf32<'a>(shape: Shape, bytes: &'a [u8]) -> WeightView<'a> {
-    WeightView { name: "w", ty: GgmlType::F32, shape, bytes }
+    WeightView {
+        name: "w",
+        ty: GgmlType::F32,
+        shape,
+        bytes,
+    }
 }
 
 #[test]
 fn leaves_are_invalid() {
     for op in [Op::Tokens, Op::Positions, Op::Weight { name: "x".into() }] {
         let out = TensorMeta::i32(Shape::d1(1));
-        assert!(matches!(execute(&op, &[], &out, None), Err(OpError::Invalid { .. })));
+        assert!(matches!(
+            execute(&op, &[], &out, None),
+            Err(OpError::Invalid { .. })
+        ));
     }
 }
 
@@ -75,7 +83,12 @@ fn l2_norm_unit_rows() {
 
 #[test]
 fn softmax_rows() {
-    let x = Tensor::f32(Shape::d2(5, 3), vec![0.1, -2.0, 3.0, 0.5, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 1000.0, -1000.0, 999.0, 0.0]);
+    let x = Tensor::f32(
+        Shape::d2(5, 3),
+        vec![
+            0.1, -2.0, 3.0, 0.5, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1000.0, 1000.0, -1000.0, 999.0, 0.0,
+        ],
+    );
     let y = run(&Op::Softmax, &[Value::Act(&x)]).unwrap();
     let y = y.as_f32();
     for r in 0..3 {
@@ -91,7 +104,10 @@ fn softmax_rows() {
 
 #[test]
 fn topk_ties_lower_index_first() {
-    let x = Tensor::f32(Shape::d2(5, 2), vec![1.0, 3.0, 3.0, 2.0, 3.0, 0.0, -0.0, 5.0, -1.0, 0.0]);
+    let x = Tensor::f32(
+        Shape::d2(5, 2),
+        vec![1.0, 3.0, 3.0, 2.0, 3.0, 0.0, -0.0, 5.0, -1.0, 0.0],
+    );
     let y = run(&Op::TopK { k: 3 }, &[Value::Act(&x)]).unwrap();
     assert_eq!(y.as_i32(), &[1, 2, 4, 2, 0, 1]);
     let y = run(&Op::TopK { k: 5 }, &[Value::Act(&x)]).unwrap();
@@ -100,22 +116,42 @@ fn topk_ties_lower_index_first() {
 }
 
 #[test]
+#[allow(clippy::excessive_precision)]
 fn moe_weights_gather_normalize_clamp() {
-    let p = Tensor::f32(Shape::d2(4, 2), vec![0.1, 0.2, 0.3, 0.4, 1e-6, 2e-6, 0.0, 0.0]);
+    let p = Tensor::f32(
+        Shape::d2(4, 2),
+        vec![0.1, 0.2, 0.3, 0.4, 1e-6, 2e-6, 0.0, 0.0],
+    );
     let ids = Tensor::i32(Shape::d2(2, 2), vec![3, 1, 1, 0]);
-    let y = run(&Op::MoeWeights { normalize: false }, &[Value::Act(&p), Value::Act(&ids)]).unwrap();
+    let y = run(
+        &Op::MoeWeights { normalize: false },
+        &[Value::Act(&p), Value::Act(&ids)],
+    )
+    .unwrap();
     assert_eq!(y.as_f32(), &[0.4, 0.2, 2e-6, 1e-6]);
-    let y = run(&Op::MoeWeights { normalize: true }, &[Value::Act(&p), Value::Act(&ids)]).unwrap();
+    let y = run(
+        &Op::MoeWeights { normalize: true },
+        &[Value::Act(&p), Value::Act(&ids)],
+    )
+    .unwrap();
     let y = y.as_f32();
     let s = 0.4f32 + 0.2;
     assert_eq!(&y[..2], &[0.4 / s, 0.2 / s]);
     // Σ = 3e-6 < clamp: divided by 6.103515625e-5.
     assert_eq!(&y[2..], &[2e-6 / 6.103515625e-5, 1e-6 / 6.103515625e-5]);
     let bad = Tensor::i32(Shape::d2(2, 2), vec![3, 4, 0, 0]);
-    let e = run(&Op::MoeWeights { normalize: true }, &[Value::Act(&p), Value::Act(&bad)]).unwrap_err();
+    let e = run(
+        &Op::MoeWeights { normalize: true },
+        &[Value::Act(&p), Value::Act(&bad)],
+    )
+    .unwrap_err();
     assert!(matches!(e, OpError::Invalid { .. }));
     let neg = Tensor::i32(Shape::d2(2, 2), vec![3, -1, 0, 0]);
-    assert!(run(&Op::MoeWeights { normalize: true }, &[Value::Act(&p), Value::Act(&neg)]).is_err());
+    assert!(run(
+        &Op::MoeWeights { normalize: true },
+        &[Value::Act(&p), Value::Act(&neg)]
+    )
+    .is_err());
 }
 
 #[test]
@@ -146,7 +182,9 @@ fn binary_tiles_b_by_modulo() {
     let at = Tensor::f32(Shape::d3(a0, a1, a2), a.clone());
     let bt = Tensor::f32(Shape::d3(2, 1, 2), b.clone());
     for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::SwiGlu] {
-        let y = run(&Op::Binary(op), &[Value::Act(&at), Value::Act(&bt)]).unwrap().into_f32();
+        let y = run(&Op::Binary(op), &[Value::Act(&at), Value::Act(&bt)])
+            .unwrap()
+            .into_f32();
         for i2 in 0..a2 {
             for i1 in 0..a1 {
                 for i0 in 0..a0 {
@@ -167,19 +205,38 @@ fn binary_tiles_b_by_modulo() {
     let bias = [0.5f32, -1.0, 2.0];
     let bb = f32_bytes(&bias);
     let x = Tensor::f32(Shape::d2(3, 2), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
-    let y = run(&Op::Binary(BinaryOp::Add), &[Value::Act(&x), Value::Weight(wf32(Shape::d1(3), &bb))]).unwrap();
+    let y = run(
+        &Op::Binary(BinaryOp::Add),
+        &[Value::Act(&x), Value::Weight(wf32(Shape::d1(3), &bb))],
+    )
+    .unwrap();
     assert_eq!(y.as_f32(), &[1.5, 1.0, 5.0, 4.5, 4.0, 8.0]);
     // Non-tiling b is rejected.
     let bad = Tensor::f32(Shape::d1(2), vec![1.0, 2.0]);
-    assert!(run(&Op::Binary(BinaryOp::Add), &[Value::Act(&x), Value::Act(&bad)]).is_err());
+    assert!(run(
+        &Op::Binary(BinaryOp::Add),
+        &[Value::Act(&x), Value::Act(&bad)]
+    )
+    .is_err());
 }
 
 #[test]
 fn slices_and_reshape() {
     let x = Tensor::f32(Shape::d2(12, 2), (0..24).map(|i| i as f32).collect());
-    let y = run(&Op::SliceCols { group: 6, offset: 2, len: 3 }, &[Value::Act(&x)]).unwrap();
+    let y = run(
+        &Op::SliceCols {
+            group: 6,
+            offset: 2,
+            len: 3,
+        },
+        &[Value::Act(&x)],
+    )
+    .unwrap();
     assert_eq!(y.shape, Shape::d2(6, 2));
-    assert_eq!(y.as_f32(), &[2., 3., 4., 8., 9., 10., 14., 15., 16., 20., 21., 22.]);
+    assert_eq!(
+        y.as_f32(),
+        &[2., 3., 4., 8., 9., 10., 14., 15., 16., 20., 21., 22.]
+    );
     let x = Tensor::f32(Shape::d2(3, 4), (0..12).map(|i| i as f32).collect());
     let y = run(&Op::SliceRows { start: 1, len: 2 }, &[Value::Act(&x)]).unwrap();
     assert_eq!(y.shape, Shape::d2(3, 2));
@@ -206,7 +263,9 @@ fn get_rows_f32_and_bad_ids() {
     for bad in [3, -1, i32::MAX] {
         let ids = Tensor::i32(Shape::d1(2), vec![0, bad]);
         match run(&Op::GetRows, &[Value::Weight(w), Value::Act(&ids)]) {
-            Err(OpError::Invalid { msg, .. }) => assert!(msg.contains(&bad.to_string()) && msg.contains('3'), "{msg}"),
+            Err(OpError::Invalid { msg, .. }) => {
+                assert!(msg.contains(&bad.to_string()) && msg.contains('3'), "{msg}")
+            }
             other => panic!("expected Invalid, got {other:?}"),
         }
     }
@@ -224,21 +283,47 @@ fn malformed_calls_are_errors() {
     let ids = Tensor::i32(Shape::d2(4, 2), vec![0; 8]);
     assert!(execute(&Op::Softmax, &[Value::Act(&ids)], &out, None).is_err());
     // A tensor whose data does not match its shape.
-    let broken = Tensor { shape: Shape::d2(4, 2), data: TensorData::F32(vec![0.0; 3]) };
+    let broken = Tensor {
+        shape: Shape::d2(4, 2),
+        data: TensorData::F32(vec![0.0; 3]),
+    };
     assert!(execute(&Op::Softmax, &[Value::Act(&broken)], &out, None).is_err());
     // A weight with too few bytes.
     let short = [0u8; 8];
     let w = wf32(Shape::d2(4, 2), &short);
     let ids1 = Tensor::i32(Shape::d1(1), vec![0]);
     let out = TensorMeta::f32(Shape::d2(4, 1));
-    assert!(execute(&Op::GetRows, &[Value::Weight(w), Value::Act(&ids1)], &out, None).is_err());
+    assert!(execute(
+        &Op::GetRows,
+        &[Value::Weight(w), Value::Act(&ids1)],
+        &out,
+        None
+    )
+    .is_err());
     // Stateful op without state.
     let q = Tensor::f32(Shape::d3(4, 1, 1), vec![0.0; 4]);
     let pos = Tensor::i32(Shape::d1(1), vec![0]);
-    let op = Op::Attention { n_head: 1, n_head_kv: 1, head_dim: 4, scale: 0.5, state: 0 };
+    let op = Op::Attention {
+        n_head: 1,
+        n_head_kv: 1,
+        head_dim: 4,
+        scale: 0.5,
+        state: 0,
+    };
     let out = TensorMeta::f32(Shape::d2(4, 1));
-    let ins = [Value::Act(&q), Value::Act(&q), Value::Act(&q), Value::Act(&pos)];
-    assert!(matches!(execute(&op, &ins, &out, None), Err(OpError::Invalid { .. })));
+    let ins = [
+        Value::Act(&q),
+        Value::Act(&q),
+        Value::Act(&q),
+        Value::Act(&pos),
+    ];
+    assert!(matches!(
+        execute(&op, &ins, &out, None),
+        Err(OpError::Invalid { .. })
+    ));
     let mut wrong = LayerState::Recurrent(RecurrentState::new(4, 4, 1, 4, 4));
-    assert!(matches!(execute(&op, &ins, &out, Some(&mut wrong)), Err(OpError::Invalid { .. })));
+    assert!(matches!(
+        execute(&op, &ins, &out, Some(&mut wrong)),
+        Err(OpError::Invalid { .. })
+    ));
 }

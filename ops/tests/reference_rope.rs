@@ -25,10 +25,22 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
 
 fn rope(mode: RopeMode, n_rot: usize, base: f32, scale: f32, x: &Tensor, pos: &[i32]) -> Vec<f32> {
     let p = Tensor::i32(Shape::d1(pos.len()), pos.to_vec());
-    run(&Op::Rope { n_rot, mode, freq_base: base, freq_scale: scale }, &[Value::Act(x), Value::Act(&p)]).unwrap().into_f32()
+    run(
+        &Op::Rope {
+            n_rot,
+            mode,
+            freq_base: base,
+            freq_scale: scale,
+        },
+        &[Value::Act(x), Value::Act(&p)],
+    )
+    .unwrap()
+    .into_f32()
 }
 
-const IMROPE: RopeMode = RopeMode::IMRope { sections: [11, 11, 10, 0] };
+const IMROPE: RopeMode = RopeMode::IMRope {
+    sections: [11, 11, 10, 0],
+};
 
 #[test]
 fn position_zero_is_identity() {
@@ -46,7 +58,10 @@ fn dims_beyond_n_rot_unchanged_and_norm_preserved() {
     let x = Tensor::f32(Shape::d3(d, h, t), xs.clone());
     let y = rope(RopeMode::Neox, 64, 1e4, 1.0, &x, &[5, 17, 1000]);
     for row in 0..h * t {
-        assert_eq!(&y[row * d + 64..(row + 1) * d], &xs[row * d + 64..(row + 1) * d]);
+        assert_eq!(
+            &y[row * d + 64..(row + 1) * d],
+            &xs[row * d + 64..(row + 1) * d]
+        );
         for i in 0..32 {
             let (a, b) = (xs[row * d + i], xs[row * d + i + 32]);
             let (c, e) = (y[row * d + i], y[row * d + i + 32]);
@@ -94,7 +109,10 @@ fn theta_is_the_iterative_f32_product() {
 fn freq_scale_scales_the_angle() {
     // theta(p=2, scale 0.5) == theta(p=1, scale 1) exactly (power-of-two scalings).
     let x = Tensor::f32(Shape::d3(32, 2, 1), data(64, 5));
-    assert_eq!(rope(RopeMode::Neox, 32, 1e6, 0.5, &x, &[2]), rope(RopeMode::Neox, 32, 1e6, 1.0, &x, &[1]));
+    assert_eq!(
+        rope(RopeMode::Neox, 32, 1e6, 0.5, &x, &[2]),
+        rope(RopeMode::Neox, 32, 1e6, 1.0, &x, &[1])
+    );
 }
 
 #[test]
@@ -102,7 +120,10 @@ fn imrope_text_equals_neox() {
     let (d, h, t) = (256, 2, 4);
     let x = Tensor::f32(Shape::d3(d, h, t), data(d * h * t, 6));
     let pos = [0, 1, 77, 4095];
-    assert_eq!(rope(IMROPE, 64, 1e7, 1.0, &x, &pos), rope(RopeMode::Neox, 64, 1e7, 1.0, &x, &pos));
+    assert_eq!(
+        rope(IMROPE, 64, 1e7, 1.0, &x, &pos),
+        rope(RopeMode::Neox, 64, 1e7, 1.0, &x, &pos)
+    );
 }
 
 #[test]
@@ -111,17 +132,35 @@ fn imrope_extra_section_uses_position_zero() {
     let (d, n_rot) = (16usize, 16usize);
     let xs = data(d, 7);
     let x = Tensor::f32(Shape::d3(d, 1, 1), xs.clone());
-    let y = rope(RopeMode::IMRope { sections: [1, 1, 1, 1] }, n_rot, 1e4, 1.0, &x, &[9]);
+    let y = rope(
+        RopeMode::IMRope {
+            sections: [1, 1, 1, 1],
+        },
+        n_rot,
+        1e4,
+        1.0,
+        &x,
+        &[9],
+    );
     let yn = rope(RopeMode::Neox, n_rot, 1e4, 1.0, &x, &[9]);
     for i in 0..n_rot / 2 {
         if i % 4 == 3 {
-            assert_eq!((y[i], y[i + 8]), (xs[i], xs[i + 8]), "pair {i} must be unrotated");
+            assert_eq!(
+                (y[i], y[i + 8]),
+                (xs[i], xs[i + 8]),
+                "pair {i} must be unrotated"
+            );
         } else {
             assert_eq!((y[i], y[i + 8]), (yn[i], yn[i + 8]), "pair {i} uses p");
         }
     }
     // Zero sections are rejected, not a division by zero.
     let p = Tensor::i32(Shape::d1(1), vec![1]);
-    let op = Op::Rope { n_rot, mode: RopeMode::IMRope { sections: [0; 4] }, freq_base: 1e4, freq_scale: 1.0 };
+    let op = Op::Rope {
+        n_rot,
+        mode: RopeMode::IMRope { sections: [0; 4] },
+        freq_base: 1e4,
+        freq_scale: 1.0,
+    };
     assert!(run(&op, &[Value::Act(&x), Value::Act(&p)]).is_err());
 }

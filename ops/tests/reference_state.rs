@@ -29,14 +29,40 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 // ---------------------------------------------------------------- attention
 
-fn attn(h: usize, hkv: usize, d: usize, q: &[f32], k: &[f32], v: &[f32], pos: &[i32], st: &mut LayerState) -> Result<Vec<f32>, OpError> {
+#[allow(clippy::too_many_arguments)]
+fn attn(
+    h: usize,
+    hkv: usize,
+    d: usize,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    pos: &[i32],
+    st: &mut LayerState,
+) -> Result<Vec<f32>, OpError> {
     let t = pos.len();
     let qt = Tensor::f32(Shape::d3(d, h, t), q.to_vec());
     let kt = Tensor::f32(Shape::d3(d, hkv, t), k.to_vec());
     let vt = Tensor::f32(Shape::d3(d, hkv, t), v.to_vec());
     let pt = Tensor::i32(Shape::d1(t), pos.to_vec());
-    let op = Op::Attention { n_head: h, n_head_kv: hkv, head_dim: d, scale: 1.0 / (d as f32).sqrt(), state: 0 };
-    run(&op, &[Value::Act(&qt), Value::Act(&kt), Value::Act(&vt), Value::Act(&pt)], Some(st)).map(|t| t.into_f32())
+    let op = Op::Attention {
+        n_head: h,
+        n_head_kv: hkv,
+        head_dim: d,
+        scale: 1.0 / (d as f32).sqrt(),
+        state: 0,
+    };
+    run(
+        &op,
+        &[
+            Value::Act(&qt),
+            Value::Act(&kt),
+            Value::Act(&vt),
+            Value::Act(&pt),
+        ],
+        Some(st),
+    )
+    .map(|t| t.into_f32())
 }
 
 #[test]
@@ -49,9 +75,15 @@ fn attention_one_cell_is_v() {
     let o = attn(h, hkv, d, &q, &k, &v, &[0], &mut st).unwrap();
     for hh in 0..h {
         let g = hh / 2; // grouped
-        assert_eq!(&o[hh * d..(hh + 1) * d], &v[g * d..(g + 1) * d], "head {hh}");
+        assert_eq!(
+            &o[hh * d..(hh + 1) * d],
+            &v[g * d..(g + 1) * d],
+            "head {hh}"
+        );
     }
-    let LayerState::Kv(kv) = &st else { unreachable!() };
+    let LayerState::Kv(kv) = &st else {
+        unreachable!()
+    };
     assert_eq!(&kv.k[kv.cell(1, 0)..kv.cell(1, 0) + d], &k[d..2 * d]);
 }
 
@@ -70,15 +102,25 @@ fn attention_matches_manual_softmax_gqa() {
             let g = hh / (h / hkv);
             let qh = &q[(ti * h + hh) * d..][..d];
             let s: Vec<f64> = (0..=ti)
-                .map(|j| scale * (0..d).map(|i| qh[i] as f64 * k[(j * hkv + g) * d + i] as f64).sum::<f64>())
+                .map(|j| {
+                    scale
+                        * (0..d)
+                            .map(|i| qh[i] as f64 * k[(j * hkv + g) * d + i] as f64)
+                            .sum::<f64>()
+                })
                 .collect();
             let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
             let z: f64 = e.iter().sum();
             for i in 0..d {
-                let want: f64 = (0..=ti).map(|j| e[j] / z * v[(j * hkv + g) * d + i] as f64).sum();
+                let want: f64 = (0..=ti)
+                    .map(|j| e[j] / z * v[(j * hkv + g) * d + i] as f64)
+                    .sum();
                 let got = o[(ti * h + hh) * d + i] as f64;
-                assert!((got - want).abs() < 1e-5, "t {ti} h {hh} i {i}: {got} vs {want}");
+                assert!(
+                    (got - want).abs() < 1e-5,
+                    "t {ti} h {hh} i {i}: {got} vs {want}"
+                );
             }
         }
     }
@@ -97,7 +139,19 @@ fn attention_batch_equals_one_at_a_time() {
     let mut one = Vec::new();
     for ti in 0..t {
         let r = |x: &[f32], n: usize| x[ti * n..(ti + 1) * n].to_vec();
-        one.extend(attn(h, hkv, d, &r(&q, h * d), &r(&k, hkv * d), &r(&v, hkv * d), &[ti as i32], &mut b).unwrap());
+        one.extend(
+            attn(
+                h,
+                hkv,
+                d,
+                &r(&q, h * d),
+                &r(&k, hkv * d),
+                &r(&v, hkv * d),
+                &[ti as i32],
+                &mut b,
+            )
+            .unwrap(),
+        );
     }
     assert_eq!(all, one);
     assert_eq!(a, b);
@@ -111,11 +165,18 @@ fn attention_context_full_leaves_cache_untouched() {
     let k = data(hkv * d * 2, 2);
     let before = st.clone();
     match attn(h, hkv, d, &q, &k, &k, &[3, 4], &mut st) {
-        Err(OpError::ContextFull { pos: 4, need: 5, capacity: 4 }) => {}
+        Err(OpError::ContextFull {
+            pos: 4,
+            need: 5,
+            capacity: 4,
+        }) => {}
         other => panic!("expected ContextFull, got {other:?}"),
     }
     assert_eq!(st, before);
-    assert!(matches!(attn(h, hkv, d, &q, &k, &k, &[0, -1], &mut st), Err(OpError::Invalid { .. })));
+    assert!(matches!(
+        attn(h, hkv, d, &q, &k, &k, &[0, -1], &mut st),
+        Err(OpError::Invalid { .. })
+    ));
     // Geometry mismatch.
     let mut small = LayerState::Kv(KvCache::new(1, d, 4));
     assert!(attn(h, hkv, d, &q, &k, &k, &[0, 1], &mut small).is_err());
@@ -127,8 +188,19 @@ fn conv(x: &[f32], c: usize, w: &[f32], d_conv: usize, st: &mut LayerState) -> V
     let t = x.len() / c;
     let xt = Tensor::f32(Shape::d2(c, t), x.to_vec());
     let wb = f32_bytes(w);
-    let wv = WeightView { name: "conv", ty: GgmlType::F32, shape: Shape::d2(d_conv, c), bytes: &wb };
-    run(&Op::Conv1dCausal { d_conv, state: 0 }, &[Value::Act(&xt), Value::Weight(wv)], Some(st)).unwrap().into_f32()
+    let wv = WeightView {
+        name: "conv",
+        ty: GgmlType::F32,
+        shape: Shape::d2(d_conv, c),
+        bytes: &wb,
+    };
+    run(
+        &Op::Conv1dCausal { d_conv, state: 0 },
+        &[Value::Act(&xt), Value::Weight(wv)],
+        Some(st),
+    )
+    .unwrap()
+    .into_f32()
 }
 
 #[test]
@@ -139,8 +211,13 @@ fn conv_hand_checked() {
         r.conv.copy_from_slice(&[1.0, 2.0, 3.0]);
     }
     let y = conv(&[4.0, 5.0], 1, &[1.0, 10.0, 100.0, 1000.0], 4, &mut st);
-    assert_eq!(y, vec![1.0 + 20.0 + 300.0 + 4000.0, 2.0 + 30.0 + 400.0 + 5000.0]);
-    let LayerState::Recurrent(r) = &st else { unreachable!() };
+    assert_eq!(
+        y,
+        vec![1.0 + 20.0 + 300.0 + 4000.0, 2.0 + 30.0 + 400.0 + 5000.0]
+    );
+    let LayerState::Recurrent(r) = &st else {
+        unreachable!()
+    };
     assert_eq!(r.conv, vec![3.0, 4.0, 5.0]);
 }
 
@@ -186,10 +263,12 @@ struct DeltaCase {
 impl DeltaCase {
     fn new(dk: usize, hk: usize, dv: usize, hv: usize, t: usize, seed: u32) -> DeltaCase {
         let norm = |x: Vec<f32>| -> Vec<f32> {
-            x.chunks(dk).flat_map(|c| {
-                let n = c.iter().map(|v| v * v).sum::<f32>().sqrt();
-                c.iter().map(move |v| v / n).collect::<Vec<_>>()
-            }).collect()
+            x.chunks(dk)
+                .flat_map(|c| {
+                    let n = c.iter().map(|v| v * v).sum::<f32>().sqrt();
+                    c.iter().map(move |v| v / n).collect::<Vec<_>>()
+                })
+                .collect()
         };
         DeltaCase {
             dk,
@@ -200,8 +279,14 @@ impl DeltaCase {
             q: norm(data(dk * hk * t, seed)),
             k: norm(data(dk * hk * t, seed + 1)),
             v: data(dv * hv * t, seed + 2),
-            g: data(hv * t, seed + 3).iter().map(|x| -0.5 * (x + 1.0)).collect(),
-            beta: data(hv * t, seed + 4).iter().map(|x| 0.5 * (x + 1.0)).collect(),
+            g: data(hv * t, seed + 3)
+                .iter()
+                .map(|x| -0.5 * (x + 1.0))
+                .collect(),
+            beta: data(hv * t, seed + 4)
+                .iter()
+                .map(|x| 0.5 * (x + 1.0))
+                .collect(),
         }
     }
     fn tokens(&self, a: usize, b: usize) -> DeltaCase {
@@ -222,8 +307,16 @@ impl DeltaCase {
         let v = Tensor::f32(Shape::d3(self.dv, self.hv, self.t), self.v.clone());
         let g = Tensor::f32(Shape::d2(self.hv, self.t), self.g.clone());
         let b = Tensor::f32(Shape::d2(self.hv, self.t), self.beta.clone());
-        let ins = [Value::Act(&q), Value::Act(&k), Value::Act(&v), Value::Act(&g), Value::Act(&b)];
-        run(&Op::DeltaRule { state: 0 }, &ins, Some(st)).unwrap().into_f32()
+        let ins = [
+            Value::Act(&q),
+            Value::Act(&k),
+            Value::Act(&v),
+            Value::Act(&g),
+            Value::Act(&b),
+        ];
+        run(&Op::DeltaRule { state: 0 }, &ins, Some(st))
+            .unwrap()
+            .into_f32()
     }
     fn state(&self, seed: u32) -> LayerState {
         let mut r = RecurrentState::new(4, 1, self.hv, self.dk, self.dv);
@@ -252,7 +345,7 @@ fn delta_rule_one_token_closed_form() {
         let k = &c.k[kh * dk..][..dk];
         let eg = (c.g[h] as f64).exp();
         let s = |i: usize, j: usize| s0[(h * dv + j) * dk + i] as f64; // S_h[i][j]
-        // S1 = e^g S0 + k ⊗ β (v − e^g S0ᵀ k); o = S1ᵀ q / √dk
+                                                                       // S1 = e^g S0 + k ⊗ β (v − e^g S0ᵀ k); o = S1ᵀ q / √dk
         for j in 0..dv {
             let kv: f64 = (0..dk).map(|i| eg * s(i, j) * k[i] as f64).sum();
             let delta = c.beta[h] as f64 * (c.v[h * dv + j] as f64 - kv);
@@ -283,9 +376,18 @@ fn naive(c: &DeltaCase, s0: &[f32]) -> (Vec<f64>, Vec<f64>) {
     for t in 0..c.t {
         for h in 0..hv {
             let kh = h % hk;
-            let q: Vec<f64> = c.q[(t * hk + kh) * dk..][..dk].iter().map(|&x| x as f64).collect();
-            let k: Vec<f64> = c.k[(t * hk + kh) * dk..][..dk].iter().map(|&x| x as f64).collect();
-            let v: Vec<f64> = c.v[(t * hv + h) * dv..][..dv].iter().map(|&x| x as f64).collect();
+            let q: Vec<f64> = c.q[(t * hk + kh) * dk..][..dk]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
+            let k: Vec<f64> = c.k[(t * hk + kh) * dk..][..dk]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
+            let v: Vec<f64> = c.v[(t * hv + h) * dv..][..dv]
+                .iter()
+                .map(|&x| x as f64)
+                .collect();
             let decay = (c.g[t * hv + h] as f64).exp();
             let beta = c.beta[t * hv + h] as f64;
             let sh = &mut s[h];
@@ -294,14 +396,17 @@ fn naive(c: &DeltaCase, s0: &[f32]) -> (Vec<f64>, Vec<f64>) {
                     *x *= decay;
                 }
             }
-            let kv: Vec<f64> = (0..dv).map(|j| (0..dk).map(|i| sh[i][j] * k[i]).sum()).collect();
+            let kv: Vec<f64> = (0..dv)
+                .map(|j| (0..dk).map(|i| sh[i][j] * k[i]).sum())
+                .collect();
             for i in 0..dk {
                 for j in 0..dv {
                     sh[i][j] += k[i] * (v[j] - kv[j]) * beta;
                 }
             }
             for j in 0..dv {
-                out[(t * hv + h) * dv + j] = (0..dk).map(|i| sh[i][j] * q[i]).sum::<f64>() / (dk as f64).sqrt();
+                out[(t * hv + h) * dv + j] =
+                    (0..dk).map(|i| sh[i][j] * q[i]).sum::<f64>() / (dk as f64).sqrt();
             }
         }
     }
@@ -325,10 +430,16 @@ fn delta_rule_70_tokens_vs_naive() {
         let o = c.run(&mut st);
         let (want_o, want_s) = naive(&c, &s0);
         for (i, (a, b)) in o.iter().zip(&want_o).enumerate() {
-            assert!((*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()), "out {i}: {a} vs {b}");
+            assert!(
+                (*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "out {i}: {a} vs {b}"
+            );
         }
         for (i, (a, b)) in ssm(&st).iter().zip(&want_s).enumerate() {
-            assert!((*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()), "state {i}: {a} vs {b}");
+            assert!(
+                (*a as f64 - b).abs() <= 1e-4 * (1.0 + b.abs()),
+                "state {i}: {a} vs {b}"
+            );
         }
     }
 }
@@ -352,7 +463,13 @@ fn delta_rule_bad_state_is_error() {
     let q = Tensor::f32(Shape::d3(8, 2, 1), c.q.clone());
     let v = Tensor::f32(Shape::d3(8, 4, 1), c.v.clone());
     let g = Tensor::f32(Shape::d2(4, 1), c.g.clone());
-    let ins = [Value::Act(&q), Value::Act(&q), Value::Act(&v), Value::Act(&g), Value::Act(&g)];
+    let ins = [
+        Value::Act(&q),
+        Value::Act(&q),
+        Value::Act(&v),
+        Value::Act(&g),
+        Value::Act(&g),
+    ];
     let mut wrong = LayerState::Recurrent(RecurrentState::new(4, 1, 2, 8, 8));
     assert!(run(&Op::DeltaRule { state: 0 }, &ins, Some(&mut wrong)).is_err());
     let mut kv = LayerState::Kv(KvCache::new(1, 8, 4));

@@ -5,9 +5,9 @@
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
-use pn_engine::chat::{render_for, ChatMessage};
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
+use pn_engine::conversation::Conversation;
 use pn_engine::{Runner, SeqState};
 use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,39 +42,6 @@ pub struct ChatArgs {
     max_seq: usize,
 }
 
-/// What the model has seen: the rendered conversation text so far and its state.
-struct Conversation {
-    messages: Vec<ChatMessage>,
-    fed: String,
-    st: SeqState,
-}
-
-impl Conversation {
-    fn new(system: &Option<String>, st: SeqState) -> Conversation {
-        let messages = system.iter().map(|s| ChatMessage::system(s.clone())).collect();
-        Conversation { messages, fed: String::new(), st }
-    }
-
-    /// Tokens to feed for the current messages: only the rendered text past what the
-    /// model has already seen; everything (after a reset) if the template re-rendered
-    /// earlier turns differently.
-    fn pending_tokens(&mut self, tok: &Tokenizer) -> Result<Vec<u32>> {
-        let rendered = render_for(tok, &self.messages, true)?;
-        if !rendered.starts_with(&self.fed) {
-            self.st.reset();
-            self.fed.clear();
-        }
-        let delta = &rendered[self.fed.len()..];
-        let mut ids = Vec::new();
-        if self.st.pos == 0 && tok.add_bos() {
-            ids.extend(tok.bos());
-        }
-        ids.extend(tok.encode(delta, true));
-        self.fed = rendered;
-        Ok(ids)
-    }
-}
-
 pub fn run(a: ChatArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n: expected at least 1 token per answer, found 0");
@@ -98,7 +65,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))?;
     }
     let mut sampler = Sampler::new(cfg);
-    let mut conv = Conversation::new(&a.system, l.runner.new_state(max_seq));
+    let mut conv = Conversation::new(a.system.as_deref(), l.runner.new_state(max_seq));
     eprintln!("{}: chat (Ctrl-C stops an answer, Ctrl-D quits, /reset starts over)", l.name);
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -115,22 +82,25 @@ pub fn run(a: ChatArgs) -> Result<()> {
             continue;
         }
         if line.trim() == "/reset" {
-            conv = Conversation::new(&a.system, l.runner.new_state(max_seq));
+            conv = Conversation::new(a.system.as_deref(), l.runner.new_state(max_seq));
             eprintln!("(conversation cleared)");
             continue;
         }
-        conv.messages.push(ChatMessage::user(line));
-        let ids = conv.pending_tokens(&tok)?;
+        let ids = match conv.user_turn(&tok, line) {
+            Ok(ids) => ids,
+            Err(e) => {
+                eprintln!("error: {e}");
+                continue;
+            }
+        };
         if conv.st.pos + ids.len() + 1 > max_seq {
-            conv.messages.pop();
+            conv.cancel_user_turn();
             eprintln!("error: context full: the conversation would need {} tokens but --max-seq is {max_seq}; /reset to start over", conv.st.pos + ids.len() + 1);
             continue;
         }
         stop.store(false, Ordering::SeqCst);
         let answer = answer(&l.runner, &tok, &mut conv.st, &mut sampler, &ids, a.n, &stop, &mut out)?;
-        // the template closes the turn; its end-of-turn text is fed with the next turn
-        conv.fed.push_str(&answer);
-        conv.messages.push(ChatMessage::assistant(answer));
+        conv.assistant_turn(answer);
     }
 }
 

@@ -4,3 +4,133 @@
 //!
 //! CONTRACT: `CpuBackend::new(threads: usize) -> CpuBackend` (0 = all cores), implementing
 //! `pn_engine::Backend`.
+//!
+//! Every kernel computes exactly what the pn-ops reference kernel computes, in the same
+//! floating-point order per output element, so CPU and reference results are bitwise equal.
+
+mod attention;
+mod delta;
+mod elementwise;
+mod matmul;
+mod moe;
+mod norm;
+mod par;
+mod rope;
+
+use pn_engine::{Backend, Node, Support};
+use pn_ops::reference::common::validate;
+use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
+
+/// The CPU backend: owns its own rayon thread pool (two instances are two independent
+/// "dies").
+pub struct CpuBackend {
+    pool: rayon::ThreadPool,
+    threads: usize,
+}
+
+impl CpuBackend {
+    /// A backend with `threads` worker threads (0 = all cores).
+    pub fn new(threads: usize) -> CpuBackend {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("pn-cpu-{i}"))
+            .build()
+            .expect("building the CPU thread pool");
+        let threads = pool.current_num_threads();
+        CpuBackend { pool, threads }
+    }
+
+    /// Number of worker threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// Run one op on this backend's threads (what [`Backend::execute`] does).
+    pub fn run(
+        &self,
+        op: &Op,
+        ins: &[Value<'_>],
+        out: &TensorMeta,
+        state: Option<&mut LayerState>,
+    ) -> Result<Tensor, OpError> {
+        validate(op, ins, out)?;
+        self.pool.install(|| dispatch(op, ins, out, state))
+    }
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new(0)
+    }
+}
+
+fn dispatch(
+    op: &Op,
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    state: Option<&mut LayerState>,
+) -> Result<Tensor, OpError> {
+    match op {
+        Op::Tokens | Op::Positions | Op::Weight { .. } => Err(OpError::Invalid {
+            op: op.kind(),
+            msg: "leaves are provided by the runner, not executed".into(),
+        }),
+        Op::GetRows => matmul::get_rows(ins, out),
+        Op::MatMul => matmul::matmul(ins, out),
+        Op::RmsNorm { eps } => norm::rms_norm(ins, out, *eps),
+        Op::L2Norm { eps } => norm::l2_norm(ins, out, *eps),
+        Op::Rope {
+            n_rot,
+            mode,
+            freq_base,
+            freq_scale,
+        } => rope::rope(ins, out, *n_rot, *mode, *freq_base, *freq_scale),
+        Op::Attention {
+            n_head,
+            n_head_kv,
+            head_dim,
+            scale,
+            state: _,
+        } => attention::attention(ins, out, state, *n_head, *n_head_kv, *head_dim, *scale),
+        Op::Conv1dCausal { d_conv, state: _ } => delta::conv1d_causal(ins, out, state, *d_conv),
+        Op::DeltaRule { state: _ } => delta::delta_rule(ins, out, state),
+        Op::Softmax => norm::softmax(ins, out),
+        Op::TopK { k } => moe::topk(ins, out, *k),
+        Op::MoeWeights { normalize } => moe::moe_weights(ins, out, *normalize),
+        Op::MoeExperts { merged_gate_up } => moe::moe_experts(ins, out, *merged_gate_up),
+        Op::Unary(u) => elementwise::unary(ins, out, *u),
+        Op::Binary(b) => elementwise::binary(ins, out, *b),
+        Op::SliceCols { group, offset, len } => {
+            elementwise::slice_cols(ins, out, *group, *offset, *len)
+        }
+        Op::SliceRows { start, len: _ } => elementwise::slice_rows(ins, out, *start),
+        Op::Reshape(_) => elementwise::reshape(ins, out),
+    }
+}
+
+impl Backend for CpuBackend {
+    fn name(&self) -> &str {
+        "cpu"
+    }
+
+    fn supports(&self, node: &Node) -> Support {
+        if node.op.is_leaf() {
+            Support::No(format!(
+                "{} is a leaf (provided by the runner)",
+                node.op.kind()
+            ))
+        } else {
+            Support::Yes
+        }
+    }
+
+    fn execute(
+        &self,
+        op: &Op,
+        inputs: &[Value<'_>],
+        out: &TensorMeta,
+        state: Option<&mut LayerState>,
+    ) -> Result<Tensor, OpError> {
+        self.run(op, inputs, out, state)
+    }
+}

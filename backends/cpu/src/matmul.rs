@@ -1,0 +1,147 @@
+//! GetRows and MatMul: quantized weights × activations converted to the vec-dot type,
+//! parallel over weight rows (each output is one `vec_dot`, as in the reference).
+
+use crate::par;
+use pn_ops::quant;
+use pn_ops::reference::common::{act_f32, act_format, act_i32, out_f32, qerr, weight};
+use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
+use rayon::prelude::*;
+
+/// Rows of weights per parallel task.
+const ROW_BLOCK: usize = 16;
+/// Tokens per inner tile (keeps a tile of converted activations in cache).
+const TOK_BLOCK: usize = 32;
+
+pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
+    const OP: &str = "GetRows";
+    let table = weight(OP, &ins[0])?;
+    let ids = act_i32(OP, &ins[1])?;
+    let k = table.shape.0[0];
+    let vocab = table.shape.rows();
+    if let Some(&id) = ids.iter().find(|&&id| id < 0 || id as usize >= vocab) {
+        return Err(OpError::Invalid {
+            op: OP,
+            msg: format!("token id {id} out of range (vocab size {vocab})"),
+        });
+    }
+    let mut y = vec![0.0f32; k * ids.len()];
+    let err = std::sync::Mutex::new(None);
+    par::rows(&mut y, k, 4 * k, |t, row| {
+        if let Err(e) = quant::dequantize_row(table.ty, table.row(ids[t] as usize), row) {
+            *err.lock().unwrap() = Some(qerr(OP, e));
+        }
+    });
+    if let Some(e) = err.into_inner().unwrap() {
+        return Err(e);
+    }
+    out_f32(OP, out, y)
+}
+
+/// Convert `t` activation rows of `k` floats to `at` (`rb` bytes each), in parallel.
+pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
+    let t = x.len().checked_div(k).unwrap_or(0);
+    let mut q = vec![0u8; t * rb];
+    if rb == 0 {
+        return q;
+    }
+    if t <= 1 || t * k < par::SERIAL_WORK {
+        for (i, r) in q.chunks_mut(rb).enumerate() {
+            quant::quantize_row(at, &x[i * k..(i + 1) * k], r);
+        }
+    } else {
+        q.par_chunks_mut(rb)
+            .enumerate()
+            .for_each(|(i, r)| quant::quantize_row(at, &x[i * k..(i + 1) * k], r));
+    }
+    q
+}
+
+/// y[ti·n + r] = vec_dot(wty, k, row(r), xq[ti]) for r < n, ti < t, where `xq` holds `t`
+/// converted activation rows of `rb` bytes. Parallel over blocks of weight rows.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm<'w, R>(
+    wty: GgmlType,
+    k: usize,
+    n: usize,
+    row: R,
+    xq: &[u8],
+    rb: usize,
+    t: usize,
+    y: &mut [f32],
+) where
+    R: Fn(usize) -> &'w [u8] + Sync,
+{
+    debug_assert_eq!(y.len(), n * t);
+    if n == 0 || t == 0 {
+        return;
+    }
+    let work = k.max(1);
+    if t == 1 {
+        // y is [n]: split it by row blocks directly.
+        let per_block = ROW_BLOCK * work;
+        if n * work < par::SERIAL_WORK {
+            for (r, v) in y.iter_mut().enumerate() {
+                *v = quant::vec_dot(wty, k, row(r), xq);
+            }
+        } else {
+            y.par_chunks_mut(ROW_BLOCK)
+                .enumerate()
+                .with_min_len((par::SERIAL_WORK / per_block).max(1))
+                .for_each(|(b, ys)| {
+                    for (i, v) in ys.iter_mut().enumerate() {
+                        *v = quant::vec_dot(wty, k, row(b * ROW_BLOCK + i), xq);
+                    }
+                });
+        }
+        return;
+    }
+    // Compute [n][t] blocks (rows × tokens, tiled), then transpose into [t][n].
+    let mut tmp = vec![0.0f32; n * t];
+    let block = |b: usize, ys: &mut [f32]| {
+        let r0 = b * ROW_BLOCK;
+        let nr = ys.len() / t;
+        for t0 in (0..t).step_by(TOK_BLOCK) {
+            let t1 = (t0 + TOK_BLOCK).min(t);
+            for i in 0..nr {
+                let w = row(r0 + i);
+                for ti in t0..t1 {
+                    ys[i * t + ti] = quant::vec_dot(wty, k, w, &xq[ti * rb..(ti + 1) * rb]);
+                }
+            }
+        }
+    };
+    if n * t * work < par::SERIAL_WORK {
+        tmp.chunks_mut(ROW_BLOCK * t)
+            .enumerate()
+            .for_each(|(b, ys)| block(b, ys));
+    } else {
+        tmp.par_chunks_mut(ROW_BLOCK * t)
+            .enumerate()
+            .for_each(|(b, ys)| block(b, ys));
+    }
+    par::rows(y, n, n, |ti, yr| {
+        for (r, v) in yr.iter_mut().enumerate() {
+            *v = tmp[r * t + ti];
+        }
+    });
+}
+
+pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
+    const OP: &str = "MatMul";
+    let w = weight(OP, &ins[0])?;
+    let x = act_f32(OP, &ins[1])?;
+    let k = w.shape.0[0];
+    let n = w.shape.0[1];
+    let t = out.shape.0[1];
+    if x.len() != k * t {
+        return Err(OpError::Invalid {
+            op: OP,
+            msg: format!("x has {} elements, expected {k}×{t}", x.len()),
+        });
+    }
+    let (at, rb) = act_format(OP, w.ty, k)?;
+    let xq = quantize_rows(at, x, k, rb);
+    let mut y = vec![0.0f32; n * t];
+    gemm(w.ty, k, n, |r| w.row(r), &xq, rb, t, &mut y);
+    out_f32(OP, out, y)
+}

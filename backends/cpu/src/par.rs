@@ -1,0 +1,29 @@
+//! Parallel-loop helpers: fan out over disjoint output rows, or run inline when the work
+//! is too small to be worth waking threads. The split never changes what any element
+//! computes, so results do not depend on the thread count.
+
+use rayon::prelude::*;
+
+/// Below this many "work units" (roughly flops) a loop runs on the calling thread.
+pub const SERIAL_WORK: usize = 1 << 15;
+
+/// Call `f(i, row)` for every `row_len`-sized row of `y` (row `i`), in parallel when
+/// `work_per_row × rows` is large enough.
+pub fn rows<T: Send, F>(y: &mut [T], row_len: usize, work_per_row: usize, f: F)
+where
+    F: Fn(usize, &mut [T]) + Sync + Send,
+{
+    if row_len == 0 || y.is_empty() {
+        return;
+    }
+    let n_rows = y.len() / row_len;
+    if n_rows <= 1 || work_per_row.saturating_mul(n_rows) < SERIAL_WORK {
+        y.chunks_mut(row_len).enumerate().for_each(|(i, r)| f(i, r));
+    } else {
+        let min = (SERIAL_WORK / work_per_row.max(1)).clamp(1, 1 << 16);
+        y.par_chunks_mut(row_len)
+            .with_min_len(min)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+    }
+}
