@@ -31,12 +31,13 @@ pub const MAX_ARRAY_DEPTH: usize = 8;
 
 #[derive(Debug, Error)]
 pub enum GgufError {
-    #[error("{path}: {source}")]
+    /// The io error is shown in the message, not chained as a source (it would print twice).
+    #[error("{path}: {err}")]
     Io {
         path: String,
-        source: std::io::Error,
+        err: std::io::Error,
     },
-    #[error("not a GGUF file: expected magic \"GGUF\", found {found:?}")]
+    #[error("not a GGUF file: expected magic \"GGUF\", found \"{}\"", found.escape_ascii())]
     BadMagic { found: [u8; 4] },
     #[error("unsupported GGUF version: expected 2 or 3, found {0} (0x{0:08x}; 0x03000000 is a big-endian file)")]
     BadVersion(u32),
@@ -342,9 +343,9 @@ fn mismatch(key: &str, expected: &'static str, found: &MetaValue) -> GgufError {
 impl Gguf {
     /// Memory-map and parse a GGUF file. Tensor data is not copied.
     pub fn open(path: &Path) -> Result<Gguf, GgufError> {
-        let io = |source| GgufError::Io {
+        let io = |err| GgufError::Io {
             path: path.display().to_string(),
-            source,
+            err,
         };
         let file = std::fs::File::open(path).map_err(io)?;
         let len = file.metadata().map_err(io)?.len();
