@@ -1,8 +1,10 @@
 //! pn-models: one file per architecture; [`load`] picks the builder from
 //! `general.architecture`.
 
+pub mod blocks;
 pub mod meta;
 pub mod qwen35moe;
+pub mod qwen3moe;
 pub mod weights;
 
 pub use meta::ConfigError;
@@ -11,7 +13,7 @@ use pn_engine::{Gguf, Model};
 use std::sync::Arc;
 
 /// Architectures this build can run.
-pub const SUPPORTED: &[&str] = &["qwen35moe", "qwen35"];
+pub const SUPPORTED: &[&str] = &["qwen35moe", "qwen35", "qwen3moe"];
 
 /// The model for a GGUF, chosen by `general.architecture`.
 pub fn load(g: &Gguf) -> Result<Arc<dyn Model>, ConfigError> {
@@ -19,6 +21,7 @@ pub fn load(g: &Gguf) -> Result<Arc<dyn Model>, ConfigError> {
     match arch {
         "qwen35moe" => Ok(Arc::new(qwen35moe::Qwen35::load(g, arch, qwen35moe::Ffn::Moe)?)),
         "qwen35" => Ok(Arc::new(qwen35moe::Qwen35::load(g, arch, qwen35moe::Ffn::Dense)?)),
+        "qwen3moe" => Ok(Arc::new(qwen3moe::Qwen3Moe::load(g)?)),
         other => Err(ConfigError::UnknownArch { found: other.to_string(), supported: SUPPORTED.join(", ") }),
     }
 }

@@ -65,3 +65,9 @@ fn default_model_matches_llama_cpp() {
     eprintln!("default model: argmax agreement {:.3}, mean Pearson r {:.5}, max |Δ| {:.3e}", a.argmax, a.mean_pearson, a.max_abs);
     assert!(a.argmax >= 0.97 && a.mean_pearson >= 0.999, "{a:?}");
 }
+
+// Other architectures through the same runner and ops.
+oracle_case!(dense_qwen35_f16, "qwen35-tiny-f16");
+oracle_case!(dense_qwen35_q4_k_m, "qwen35-ktiny-q4_k_m");
+oracle_case!(qwen3moe_f16, "qwen3moe-tiny-f16");
+oracle_case!(qwen3moe_q4_k_m, "qwen3moe-ktiny-q4_k_m");

@@ -10,6 +10,7 @@ mod config;
 
 pub use config::Config;
 
+use crate::blocks;
 use crate::meta::ConfigError;
 use crate::weights::Weights;
 use pn_engine::graph::{GraphBuilder, GraphError, NodeId};
@@ -46,24 +47,12 @@ impl Qwen35 {
         format!("blk.{il}.{name}")
     }
 
-    /// RMSN(x, w) over ne0 rows; `w` is a norm weight of `n` elements.
     fn rms_norm(&self, b: &mut GraphBuilder, x: NodeId, w: &str, n: usize, name: &str) -> Result<NodeId, GraphError> {
-        let w = self.w.node(b, w, &[n])?;
-        b.op(Op::RmsNorm { eps: self.cfg.eps }, &[x, w], name)
+        blocks::rms_norm(b, &self.w, x, w, n, self.cfg.eps, name)
     }
 
-    /// y = W x, with the optional bias `{weight without .weight}.bias` added.
     fn linear(&self, b: &mut GraphBuilder, x: NodeId, w: &str, k: usize, n: usize, name: &str) -> Result<NodeId, GraphError> {
-        let wn = self.w.node(b, w, &[k, n])?;
-        let y = b.op(Op::MatMul, &[wn, x], name)?;
-        let bias = w.strip_suffix(".weight").map(|s| format!("{s}.bias"));
-        match bias {
-            Some(bn) if self.w.has(&bn) => {
-                let bias = self.w.node(b, &bn, &[n])?;
-                b.op(Op::Binary(BinaryOp::Add), &[y, bias], &format!("{name}_b"))
-            }
-            _ => Ok(y),
-        }
+        blocks::linear(b, &self.w, x, w, k, n, name)
     }
 
     /// Gated full attention, spec §4.3. x: [n_embd, T] → [n_embd, T].
@@ -151,36 +140,13 @@ impl Qwen35 {
         self.linear(b, o, &Self::t(il, "ssm_out.weight"), hv * dv, e, "linear_attn_out")
     }
 
-    /// SwiGLU MLP: down(silu(gate·y) ⊙ up·y).
-    fn swiglu(&self, b: &mut GraphBuilder, il: usize, y: NodeId, suffix: &str, n_ff: usize, name: &str) -> Result<NodeId, GraphError> {
-        let e = self.cfg.n_embd;
-        let g = self.linear(b, y, &Self::t(il, &format!("ffn_gate{suffix}.weight")), e, n_ff, &format!("ffn_gate{suffix}"))?;
-        let u = self.linear(b, y, &Self::t(il, &format!("ffn_up{suffix}.weight")), e, n_ff, &format!("ffn_up{suffix}"))?;
-        let hdn = b.op(Op::Binary(BinaryOp::SwiGlu), &[g, u], &format!("ffn_swiglu{suffix}"))?;
-        self.linear(b, hdn, &Self::t(il, &format!("ffn_down{suffix}.weight")), n_ff, e, name)
-    }
-
     /// Routed experts + gated shared expert, spec §4.5. y: [n_embd, T] → [n_embd, T].
     fn moe(&self, b: &mut GraphBuilder, il: usize, y: NodeId) -> Result<NodeId, GraphError> {
         let c = &self.cfg;
-        let (e, ne, f) = (c.n_embd, c.n_expert, c.n_ff_exp);
-        // p = softmax(W_router y); top-k by p; weights = p[sel] / Σ p[sel]
-        let logits = self.linear(b, y, &Self::t(il, "ffn_gate_inp.weight"), e, ne, "ffn_moe_logits")?;
-        let probs = b.op(Op::Softmax, &[logits], "ffn_moe_probs")?;
-        let ids = b.op(Op::TopK { k: c.n_expert_used }, &[probs], "ffn_moe_topk")?;
-        let weights = b.op(Op::MoeWeights { normalize: true }, &[probs, ids], "ffn_moe_weights_norm")?;
-        // Σ_r w_r · down_e(silu(gate_e y) ⊙ up_e y)
-        let down = self.w.node(b, &Self::t(il, "ffn_down_exps.weight"), &[f, e, ne])?;
-        let moe = if self.w.has(&Self::t(il, "ffn_gate_up_exps.weight")) {
-            let gate_up = self.w.node(b, &Self::t(il, "ffn_gate_up_exps.weight"), &[e, 2 * f, ne])?;
-            b.op(Op::MoeExperts { merged_gate_up: true }, &[y, ids, weights, gate_up, down], "ffn_moe_out")?
-        } else {
-            let gate = self.w.node(b, &Self::t(il, "ffn_gate_exps.weight"), &[e, f, ne])?;
-            let up = self.w.node(b, &Self::t(il, "ffn_up_exps.weight"), &[e, f, ne])?;
-            b.op(Op::MoeExperts { merged_gate_up: false }, &[y, ids, weights, gate, up, down], "ffn_moe_out")?
-        };
+        let e = c.n_embd;
+        let moe = blocks::routed_experts(b, &self.w, il, y, (e, c.n_expert, c.n_expert_used, c.n_ff_exp))?;
         // shared expert, scaled by one sigmoid gate per token
-        let sh = self.swiglu(b, il, y, "_shexp", c.n_ff_shexp, "ffn_shexp")?;
+        let sh = blocks::swiglu(b, &self.w, il, y, "_shexp", e, c.n_ff_shexp, "ffn_shexp")?;
         let sg = self.linear(b, y, &Self::t(il, "ffn_gate_inp_shexp.weight"), e, 1, "shared_expert_gate")?;
         let sg = b.op(Op::Unary(UnaryOp::Sigmoid), &[sg], "shared_expert_gate_sigmoid")?;
         let sh = b.op(Op::Binary(BinaryOp::Mul), &[sh, sg], "ffn_shexp_gated")?;
@@ -226,19 +192,11 @@ impl Model for Qwen35 {
             let y = self.rms_norm(b, h, &Self::t(il, "post_attention_norm.weight"), c.n_embd, "attn_post_norm")?;
             let f = match self.ffn {
                 Ffn::Moe => self.moe(b, il, y)?,
-                Ffn::Dense => self.swiglu(b, il, y, "", c.n_ff, "ffn_out")?,
+                Ffn::Dense => blocks::swiglu(b, &self.w, il, y, "", c.n_embd, c.n_ff, "ffn_out")?,
             };
             h = b.op(Op::Binary(BinaryOp::Add), &[f, h], "l_out")?;
         }
-        b.set_layer(None);
-        let mut h = self.rms_norm(b, h, "output_norm.weight", c.n_embd, "result_norm")?;
-        if !geom.all_logits && t > 1 {
-            h = b.op(Op::SliceRows { start: t - 1, len: 1 }, &[h], "result_norm_last")?;
-        }
-        // untied head, or tied to the embedding
-        let head = if self.w.has("output.weight") { "output.weight" } else { "token_embd.weight" };
-        let logits = self.linear(b, h, head, c.n_embd, c.n_vocab, "result_output")?;
-        b.output(logits);
+        blocks::head(b, &self.w, h, (c.n_embd, c.n_vocab, t), c.eps, !geom.all_logits)?;
         Ok(())
     }
 
