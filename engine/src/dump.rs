@@ -130,7 +130,9 @@ pub fn dot(g: &Graph, layers: Option<Range<usize>>, cluster_of: Option<&dyn Fn(&
         for i in &n.inputs {
             let src = g.node(*i);
             if in_layers(src, &layers) && !matches!(src.op, Op::Weight { .. }) {
-                let style = if src.layer != n.layer && cluster_of.is_some() { " [style=bold, color=red]" } else { "" };
+                // with clusters by segment, an edge between segments is a transfer
+                let crosses = cluster_of.is_some_and(|f| f(src).0 != f(n).0);
+                let style = if crosses { " [style=bold, color=red, label=\"transfer\"]" } else { "" };
                 let _ = writeln!(edges, "  n{} -> n{}{style};", i.index(), id.index());
             }
         }

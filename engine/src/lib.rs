@@ -1,4 +1,7 @@
 //! pn-engine: everything between a GGUF file and logits that is not model-specific.
+// One unsafe block (the read-only mmap in gguf/mod.rs, with a SAFETY comment) is allowed
+// where it is; any other is an error.
+#![deny(unsafe_code)]
 
 pub mod backend;
 pub mod chat;
@@ -9,6 +12,7 @@ pub mod gguf_writer;
 pub mod graph;
 pub mod model;
 pub mod npy;
+pub mod planner;
 pub mod runner;
 pub mod sampler;
 pub mod state;

@@ -27,6 +27,9 @@ pub struct DumpArgs {
     /// Only these layers: `A..B` (B exclusive) or `A`
     #[arg(long)]
     layers: Option<String>,
+    /// Show the planner's placement: die, segment and cause per node, transfers, memory per die
+    #[arg(long)]
+    plan: bool,
     /// Write here instead of stdout
     #[arg(long)]
     out: Option<PathBuf>,
@@ -57,12 +60,30 @@ pub fn run(a: DumpArgs) -> Result<()> {
     }
     let l = load::load(&a.opts)?;
     let layers = a.layers.as_deref().map(|s| parse_layers(s, l.runner.model().n_layer())).transpose()?;
-    let g = l.runner.graph(Geometry { n_tokens: a.tokens, all_logits: false })?;
-    let text = match a.format {
-        Fmt::Text => dump::text(&g, layers, None),
-        Fmt::Dot => dump::dot(&g, layers, None),
-        Fmt::Json => serde_json::to_string_pretty(&dump::json(&g, layers, None))? + "\n",
+    let geom = Geometry { n_tokens: a.tokens, all_logits: false };
+    let g = l.runner.graph(geom)?;
+    let plan = if a.plan { Some(l.runner.plan(geom)?) } else { None };
+    let annotate = |n: &pn_engine::Node| plan.as_ref().and_then(|p| g.find(&n.name).map(|id| p.annotation(id)));
+    let annotate: Option<dump::Annotate<'_>> = if a.plan { Some(&annotate) } else { None };
+    // DOT: with --plan one cluster per segment, coloured by die
+    let palette = ["#dbe9f6", "#f6e3db"];
+    let by_segment = |n: &pn_engine::Node| {
+        let p = plan.as_ref().expect("only used with --plan");
+        let np = g.find(&n.name).map(|id| &p.nodes[id.index()]);
+        match np.and_then(|np| np.seg.map(|s| (s, np.die))) {
+            Some((s, die)) => (format!("segment {s} @{}", p.dies[die as usize]), palette[die as usize % 2].to_string()),
+            None => ("unplaced".to_string(), "white".to_string()),
+        }
     };
+    let cluster: Option<&dyn Fn(&pn_engine::Node) -> (String, String)> = if a.plan { Some(&by_segment) } else { None };
+    let mut text = match a.format {
+        Fmt::Text => dump::text(&g, layers, annotate),
+        Fmt::Dot => dump::dot(&g, layers, cluster),
+        Fmt::Json => serde_json::to_string_pretty(&dump::json(&g, layers, annotate))? + "\n",
+    };
+    if let (Some(p), Fmt::Text) = (&plan, a.format) {
+        text.push_str(&p.summary(&g));
+    }
     match &a.out {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
         None => print!("{text}"),

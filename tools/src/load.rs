@@ -2,6 +2,8 @@
 
 use anyhow::{bail, Context, Result};
 use pn_cpu::CpuBackend;
+use pn_engine::planner::{DeviceKind, Placement, PlacementError};
+use pn_engine::runner::Die;
 use pn_engine::tokenizer::Tokenizer;
 use pn_engine::{Gguf, Runner};
 use std::path::Path;
@@ -24,6 +26,44 @@ pub struct ModelOpts {
     /// Tokens per forward pass (longer inputs run in several passes)
     #[arg(long, default_value_t = 512)]
     pub ubatch: usize,
+    /// Dies to run on: one (`cpu:0`) or two (`cpu:0,cpu:1`: die A, die B, each its own
+    /// backend and thread pool). Default: $PN_DIE_A / $PN_DIE_B, else cpu:0
+    #[arg(long)]
+    pub dies: Option<String>,
+    /// Layers [0, L) + embedding on die A, the rest + head on die B (default:
+    /// $PN_SPLIT_LAYER, else n_layer/2 with two dies)
+    #[arg(long)]
+    pub split_layer: Option<usize>,
+    /// KV cache format: f32, f16, q8_0 or q4_0 (q4_0 keeps f16 shadows of the first and the
+    /// most recent positions; docs/kv-cache.md). Default: $PN_KV_TYPE, $QWEN35_KV_Q4=0 → f32,
+    /// else q4_0. Falls back to q4_0 when the state would not fit in memory
+    #[arg(long)]
+    pub kv_type: Option<String>,
+    /// Past --max-seq: `error` ("context full", the default) or `ring` (cell = pos % max_seq:
+    /// attention over the last max_seq positions only, a sliding window, not exact
+    /// attention). Default: $PN_CONTEXT_OVERFLOW, else error
+    #[arg(long)]
+    pub context_overflow: Option<String>,
+}
+
+/// The placement asked for by `--dies` / `--split-layer`, then the environment.
+pub fn placement(o: &ModelOpts) -> Result<Placement> {
+    Ok(Placement::resolve(o.dies.as_deref(), o.split_layer)?)
+}
+
+/// One backend instance per die named by the placement (`threads` threads each).
+pub fn dies(p: &Placement, threads: usize) -> Result<Vec<Die>> {
+    p.named_dies()
+        .into_iter()
+        .map(|device| match device.kind {
+            DeviceKind::Cpu => Ok(Die { device, backend: Arc::new(CpuBackend::new(threads)) as Arc<dyn pn_engine::Backend> }),
+            DeviceKind::Cuda => Err(PlacementError::NotAvailable {
+                device: device.to_string(),
+                reason: "this build has no CUDA backend (expected cpu:N)".into(),
+            }
+            .into()),
+        })
+        .collect()
 }
 
 pub struct Loaded {
@@ -51,10 +91,14 @@ pub fn open_gguf(model: Option<&Path>) -> Result<(String, bool, Arc<Gguf>)> {
 
 pub fn load(o: &ModelOpts) -> Result<Loaded> {
     let (threads, ubatch) = (o.threads, o.ubatch);
+    if threads > MAX_THREADS {
+        bail!("--threads: expected 0 (all cores) to {MAX_THREADS}, found {threads}");
+    }
     let (name, is_default, gguf) = open_gguf(o.model.as_deref())?;
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
-    let backend = Arc::new(CpuBackend::new(threads));
-    let mut runner = Runner::new(m, gguf.clone(), backend).with_context(|| format!("cannot load model {name}"))?;
+    let place = placement(o)?;
+    let dies = dies(&place, threads)?;
+    let mut runner = Runner::with_dies(m, gguf.clone(), dies, place).with_context(|| format!("cannot load model {name}"))?;
     if ubatch == 0 {
         bail!("--ubatch: expected a value ≥ 1, found 0");
     }
@@ -64,6 +108,18 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
 
 pub fn tokenizer(l: &Loaded) -> Result<Tokenizer> {
     Tokenizer::from_gguf(&l.gguf).with_context(|| format!("cannot build the tokenizer of {}", l.name))
+}
+
+/// Most worker threads `--threads` accepts (more would only fail to spawn).
+pub const MAX_THREADS: usize = 1024;
+
+/// A row of logits, or a clear error if the model produced NaN/Inf (e.g. NaN weights).
+pub fn finite(logits: &[f32]) -> Result<&[f32]> {
+    let bad = logits.iter().filter(|x| !x.is_finite()).count();
+    if bad > 0 {
+        bail!("the model produced {bad} non-finite logits (NaN/Inf) out of {}: expected finite values; the weights may contain NaN/Inf", logits.len());
+    }
+    Ok(logits)
 }
 
 /// Parse `--tokens 1,2,3`.

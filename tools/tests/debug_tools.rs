@@ -126,3 +126,37 @@ fn diff_names_the_first_tensor_a_perturbed_weight_changes() {
     assert!(table.contains("first divergence: attn_post_norm-2"), "{table}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn plan_dump_shows_the_split() {
+    let m = fixture("tiny-f32.gguf");
+    let (ok, _, out, err) = pn(&["dump", "--model", m.to_str().unwrap(), "--plan", "--dies", "cpu:0,cpu:1", "--split-layer", "2"]);
+    assert!(ok, "{err}");
+    let line = |name: &str| out.lines().find(|l| l.split_whitespace().nth(1) == Some(name)).unwrap_or_else(|| panic!("{name} missing")).to_string();
+    assert!(line("attn_norm-1").contains("@cpu:0") && line("attn_norm-2").contains("@cpu:1"));
+    assert!(line("inp_embd").contains("@cpu:0") && line("result_output").contains("@cpu:1"));
+    assert!(out.contains("cause="));
+    assert!(out.contains("transfer l_out-1"), "{out}");
+    let (ok, _, dot, _) = pn(&["dump", "--model", m.to_str().unwrap(), "--plan", "--format", "dot", "--dies", "cpu:0,cpu:1"]);
+    assert!(ok && dot.contains("segment 0 @cpu:0") && dot.contains("segment 1 @cpu:1"));
+    assert!(dot.contains("color=red"), "cross-die edges are drawn distinctly");
+    let (ok, _, _, err) = pn(&["dump", "--model", m.to_str().unwrap(), "--plan", "--dies", "cpu:0,cpu:0"]);
+    assert!(!ok && err.contains("cpu:0"), "{err}");
+}
+
+#[test]
+fn dot_dump_renders_with_graphviz() {
+    if Command::new("dot").arg("-V").output().is_err() {
+        eprintln!("graphviz `dot` not installed: skipping the render check (.ci/run installs it)");
+        return;
+    }
+    let m = fixture("tiny-f16.gguf");
+    let dir = tmpdir("dot");
+    let file = dir.join("g.dot");
+    let (ok, _, _, err) = pn(&["dump", "--model", m.to_str().unwrap(), "--plan", "--format", "dot", "--dies", "cpu:0,cpu:1", "--out", file.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let out = Command::new("dot").arg("-Tsvg").arg(&file).output().unwrap();
+    assert!(out.status.success() && out.stderr.is_empty(), "dot: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
