@@ -3,6 +3,7 @@
 // where it is; any other is an error.
 #![deny(unsafe_code)]
 
+pub mod async_step;
 pub mod backend;
 pub mod chat;
 pub mod conversation;
@@ -13,8 +14,10 @@ pub mod graph;
 pub mod model;
 pub mod npy;
 pub mod planner;
+pub mod prefix_cache;
 pub mod runner;
 pub mod sampler;
+pub mod slots;
 pub mod state;
 pub mod tensor_dump;
 pub mod tokenizer;
@@ -24,4 +27,5 @@ pub use gguf::{Gguf, GgufError, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};
 pub use model::{Geometry, LayerInfo, Model};
 pub use runner::{RunError, Runner};
+pub use slots::{SlotError, SlotHandle, Slots};
 pub use state::SeqState;

@@ -1,7 +1,7 @@
 //! What a model architecture provides to the generic runner.
 
 use crate::graph::{GraphBuilder, GraphError};
-use pn_ops::LayerState;
+use pn_ops::{KvCache, KvType, LayerState};
 
 /// The batch geometry a graph is built for. Graphs are cached per geometry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,6 +37,18 @@ pub trait Model: Send + Sync {
     /// Fresh per-sequence state for one sequence, one entry per layer, with room for
     /// `max_seq` positions in every KV cache.
     fn new_state(&self, max_seq: usize) -> Vec<LayerState>;
+    /// The same with KV caches in format `kv` (docs/kv-cache.md). The default builds the
+    /// layer list with `new_state(0)` (no cells) and gives every KV layer `max_seq` cells
+    /// of `kv`; models override it to allocate once.
+    fn new_state_with(&self, max_seq: usize, kv: KvType) -> Vec<LayerState> {
+        self.new_state(0)
+            .into_iter()
+            .map(|l| match l {
+                LayerState::Kv(c) => LayerState::Kv(KvCache::with_type(c.n_head_kv, c.head_dim, max_seq, kv)),
+                other => other,
+            })
+            .collect()
+    }
     /// Human-readable hyper-parameters, in a stable order.
     fn describe(&self) -> Vec<(String, String)>;
 }

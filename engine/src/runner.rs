@@ -379,20 +379,24 @@ impl Runner {
         let n_chunks = tokens.len().div_ceil(ubatch);
         for (i, chunk) in tokens.chunks(ubatch).enumerate() {
             let last = i + 1 == n_chunks;
+            let lens = [chunk.len()];
             if !all_logits && !last {
-                self.eval(st, chunk, false, &mut observer)?;
+                self.eval(&mut [&mut *st], &lens, chunk, false, &mut observer)?;
                 continue;
             }
-            let t = self.eval(st, chunk, all_logits, &mut observer)?;
+            let t = self.eval(&mut [&mut *st], &lens, chunk, all_logits, &mut observer)?;
             out.extend_from_slice(t.as_f32());
         }
         Ok(Logits { n_vocab, data: out })
     }
 
-    /// One pass over one micro-batch: the plan's segments in order. Returns `result_output`.
-    fn eval(
+    /// One pass over one micro-batch: the plan's segments in order. `seqs[i]` owns the
+    /// next `lens[i]` tokens (several: [`Runner::forward_multi`], crate::slots). Returns
+    /// `result_output`.
+    pub(crate) fn eval(
         &self,
-        st: &mut SeqState,
+        seqs: &mut [&mut SeqState],
+        lens: &[usize],
         tokens: &[u32],
         all_logits: bool,
         observer: &mut Option<Observer<'_>>,
@@ -438,7 +442,7 @@ impl Runner {
             }
             for &(v, kind, node) in &sp.inputs {
                 let slot = &mut vals[v as usize];
-                fill_input(slot, kind, tokens, st.pos);
+                fill_input(slot, kind, tokens, seqs, lens);
                 if plan.nodes[node.index()].seg == Some(si) {
                     if let (Some(obs), Some(t)) = (observer.as_mut(), slot.as_ref()) {
                         obs(graph.node(node), t);
@@ -459,24 +463,24 @@ impl Runner {
                         Src::Weight(w) => Value::Weight(views[w as usize]),
                     })
                     .collect();
-                let state = match op.state {
-                    Some(s) => Some(st.layers.get_mut(s).ok_or_else(|| RunError::Op {
-                        node: node.name.clone(),
-                        source: OpError::Invalid {
-                            op: node.op.kind(),
-                            msg: format!("no layer state {s}"),
-                        },
-                    })?),
-                    None => None,
-                };
                 let t1 = (self.debug >= 2).then(Instant::now);
-                let out = die
-                    .backend
-                    .execute(&node.op, &ins, &node.out, state)
-                    .map_err(|source| RunError::Op {
-                        node: node.name.clone(),
-                        source,
-                    })?;
+                let res = match op.state {
+                    None => die.backend.execute(&node.op, &ins, &node.out, None),
+                    Some(s) if seqs.len() == 1 => {
+                        let state = seqs[0].layers.get_mut(s).ok_or_else(|| no_state(node, s))?;
+                        die.backend.execute(&node.op, &ins, &node.out, Some(state))
+                    }
+                    Some(s) => {
+                        if seqs.iter().any(|q| q.layers.len() <= s) {
+                            return Err(no_state(node, s));
+                        }
+                        crate::slots::run_per_sequence(&*die.backend, node, &ins, s, seqs, lens)
+                    }
+                };
+                let out = res.map_err(|source| RunError::Op {
+                    node: node.name.clone(),
+                    source,
+                })?;
                 drop(ins);
                 if let Some(t1) = t1 {
                     let e = op_times.entry(node.op.kind()).or_default();
@@ -522,7 +526,9 @@ impl Runner {
                 );
             }
         }
-        st.pos += tokens.len();
+        for (st, &n) in seqs.iter_mut().zip(lens) {
+            st.pos += n;
+        }
         self.profile.add_step(step_t0.elapsed());
         if self.debug >= 2 {
             self.profile.add_ops(&op_times);
@@ -563,19 +569,42 @@ fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
     *dst = Some(src.clone());
 }
 
-/// Token ids or positions `pos0..pos0+T`, written into the die's input buffer in place.
-fn fill_input(slot: &mut Option<Tensor>, kind: InputKind, tokens: &[u32], pos0: usize) {
+fn no_state(node: &Node, s: usize) -> RunError {
+    RunError::Op {
+        node: node.name.clone(),
+        source: OpError::Invalid {
+            op: node.op.kind(),
+            msg: format!("no layer state {s}"),
+        },
+    }
+}
+
+/// Token ids, or each sequence's positions `pos..pos+n` (`seqs[i]` owns `lens[i]`
+/// consecutive tokens), written into the die's input buffer in place.
+fn fill_input(
+    slot: &mut Option<Tensor>,
+    kind: InputKind,
+    tokens: &[u32],
+    seqs: &[&mut SeqState],
+    lens: &[usize],
+) {
     let n = tokens.len();
     let t = slot.get_or_insert_with(|| Tensor::i32(Shape::d1(n), vec![0; n]));
     if t.shape != Shape::d1(n) || t.dtype() != DType::I32 {
         *t = Tensor::i32(Shape::d1(n), vec![0; n]);
     }
     if let TensorData::I32(v) = &mut t.data {
-        for (i, x) in v.iter_mut().enumerate() {
-            *x = match kind {
-                InputKind::Tokens => tokens[i] as i32,
-                InputKind::Positions => (pos0 + i) as i32,
-            };
+        match kind {
+            InputKind::Tokens => v.iter_mut().zip(tokens).for_each(|(x, &id)| *x = id as i32),
+            InputKind::Positions => {
+                let mut i = 0;
+                for (st, &len) in seqs.iter().zip(lens) {
+                    for j in 0..len {
+                        v[i] = (st.pos + j) as i32;
+                        i += 1;
+                    }
+                }
+            }
         }
     }
 }

@@ -1,6 +1,10 @@
-//! Per-sequence state: layer states (KV caches, conv + delta-rule states) and position.
+//! Per-sequence state: layer states (KV caches, conv + delta-rule states) and position,
+//! with snapshots (the basis of prefix caching and speculative-decoding rollback).
 
-use pn_ops::LayerState;
+pub mod kv;
+
+use pn_ops::{KvType, LayerSnapshot, LayerState, Overflow};
+use thiserror::Error;
 
 /// The state of one sequence. A fresh sequence has zero recurrent state, an empty KV
 /// cache and position 0 (spec §10.21).
@@ -11,17 +15,99 @@ pub struct SeqState {
     /// KV capacity in positions.
     pub max_seq: usize,
     pub layers: Vec<LayerState>,
+    /// What a position ≥ max_seq does: an error (default) or ring (sliding window).
+    pub overflow: Overflow,
+}
+
+/// A copy of a sequence's state: position, every recurrent state, and only the KV cells
+/// written so far (`min(pos, max_seq)` per head), not all `max_seq`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateSnapshot {
+    pub pos: usize,
+    pub max_seq: usize,
+    pub overflow: Overflow,
+    pub layers: Vec<LayerSnapshot>,
+}
+
+impl StateSnapshot {
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(LayerSnapshot::bytes).sum()
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum SnapshotError {
+    #[error("snapshot of a sequence with {theirs} layers / max_seq {their_max} does not fit this one ({ours} layers, max_seq {our_max})")]
+    Geometry { theirs: usize, ours: usize, their_max: usize, our_max: usize },
+    #[error("snapshot layer {layer}: {msg}")]
+    Layer { layer: usize, msg: String },
 }
 
 impl SeqState {
     pub fn new(layers: Vec<LayerState>, max_seq: usize) -> SeqState {
-        SeqState { pos: 0, max_seq, layers }
+        SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error }
     }
+    /// Back to a fresh sequence (overflow mode and KV format are kept).
     pub fn reset(&mut self) {
         self.pos = 0;
         self.layers.iter_mut().for_each(LayerState::reset);
     }
+    /// Bytes of all layer states (KV cells + shadows + recurrent states).
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(LayerState::bytes).sum()
+    }
+    /// Bytes of the KV caches alone.
+    pub fn kv_bytes(&self) -> usize {
+        self.layers.iter().filter(|l| matches!(l, LayerState::Kv(_))).map(LayerState::bytes).sum()
+    }
+    /// The KV format of the first attention layer (all share one), if any.
+    pub fn kv_type(&self) -> Option<KvType> {
+        self.layers.iter().find_map(|l| match l {
+            LayerState::Kv(k) => Some(k.ty),
+            _ => None,
+        })
+    }
+    /// Select the overflow behaviour (on the sequence and every KV cache).
+    pub fn set_overflow(&mut self, o: Overflow) {
+        self.overflow = o;
+        for l in &mut self.layers {
+            if let LayerState::Kv(k) = l {
+                k.ring = o == Overflow::Ring;
+            }
+        }
+    }
+    /// Whether `n` more tokens can be evaluated (always, in ring mode).
+    pub fn fits(&self, n: usize) -> bool {
+        self.overflow == Overflow::Ring || self.pos + n <= self.max_seq
+    }
+    /// KV cells written so far (per head).
+    pub fn used_cells(&self) -> usize {
+        self.pos.min(self.max_seq)
+    }
+    /// Copy of the state; costs the used cells, not `max_seq`.
+    pub fn snapshot(&self) -> StateSnapshot {
+        StateSnapshot {
+            pos: self.pos,
+            max_seq: self.max_seq,
+            overflow: self.overflow,
+            layers: self.layers.iter().map(|l| l.snapshot(self.pos)).collect(),
+        }
+    }
+    /// Put a snapshot of this sequence (or of one with the same geometry and KV format)
+    /// back: evaluation continues exactly as it did after the snapshot was taken.
+    pub fn restore(&mut self, s: &StateSnapshot) -> Result<(), SnapshotError> {
+        if s.layers.len() != self.layers.len() || s.max_seq != self.max_seq {
+            return Err(SnapshotError::Geometry { theirs: s.layers.len(), ours: self.layers.len(), their_max: s.max_seq, our_max: self.max_seq });
+        }
+        // check every layer first so a failed restore leaves the state untouched
+        if let Some(i) = self.layers.iter().zip(&s.layers).position(|(l, ls)| !l.accepts(ls)) {
+            return Err(SnapshotError::Layer { layer: i, msg: "snapshot of another layer kind, geometry or KV format".into() });
+        }
+        for (i, (l, ls)) in self.layers.iter_mut().zip(&s.layers).enumerate() {
+            l.restore(ls).map_err(|msg| SnapshotError::Layer { layer: i, msg })?;
+        }
+        self.pos = s.pos;
+        self.set_overflow(s.overflow);
+        Ok(())
     }
 }

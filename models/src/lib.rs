@@ -1,5 +1,6 @@
 //! pn-models: one file per architecture; [`load`] picks the builder from
 //! `general.architecture`.
+#![forbid(unsafe_code)]
 
 pub mod blocks;
 pub mod meta;

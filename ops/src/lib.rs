@@ -18,5 +18,5 @@ pub mod tensor;
 
 pub use dtype::GgmlType;
 pub use op::{BinaryOp, Op, OpError, RopeMode, UnaryOp};
-pub use state::{KvCache, LayerState, RecurrentState};
+pub use state::{KvCache, KvType, LayerSnapshot, LayerState, Overflow, RecurrentState};
 pub use tensor::{DType, Shape, Tensor, TensorData, TensorMeta, Value, WeightView};

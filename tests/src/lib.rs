@@ -1,4 +1,5 @@
 //! Shared helpers for the end-to-end tests: fixtures, loading, oracle comparison.
+#![forbid(unsafe_code)]
 
 use pn_cpu::CpuBackend;
 use pn_engine::{Gguf, Runner};

@@ -23,6 +23,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.prompt_len == 0 || a.gen == 0 || a.reps == 0 {
         bail!("--prompt-len, --gen and --reps: expected values ≥ 1, found {}, {}, {}", a.prompt_len, a.gen, a.reps);
     }
+    if a.prompt_len.checked_add(a.gen).is_none_or(|n| n > 262_144) {
+        bail!("--prompt-len + --gen: expected at most 262144 tokens, found {} + {}", a.prompt_len, a.gen);
+    }
     let l = load::load(&a.opts)?;
     let n_vocab = l.runner.model().n_vocab();
     if n_vocab <= 8 {

@@ -17,6 +17,12 @@ pub struct InfoArgs {
     /// List every tensor (default: a summary by type plus the first 24)
     #[arg(long)]
     tensors: bool,
+    /// Sequence-state size for this many positions (default: $PN_MAX_SEQ, else 4096)
+    #[arg(long)]
+    max_seq: Option<usize>,
+    /// Sequence-state size for this KV format (default: all formats)
+    #[arg(long)]
+    kv_type: Option<String>,
 }
 
 fn show(v: &MetaValue) -> String {
@@ -55,6 +61,28 @@ fn human(bytes: u64) -> String {
     }
 }
 
+/// KV + recurrent state bytes for one sequence (docs/kv-cache.md): linear in max_seq.
+fn state_section(m: &dyn pn_engine::Model, max_seq: Option<usize>, kv_type: Option<&str>) -> Result<()> {
+    use pn_engine::state::kv;
+    let (max_seq, clamped) = kv::resolve_max_seq(max_seq)?;
+    if let Some(w) = clamped {
+        eprintln!("{w}");
+    }
+    let types = match kv_type {
+        Some(t) => vec![kv::resolve_kv_type(Some(t))?],
+        None => pn_ops::KvType::ALL.to_vec(),
+    };
+    println!("\n== sequence state for max_seq {max_seq} (per sequence)");
+    for ty in types {
+        let b = kv::state_bytes(m, max_seq, ty);
+        println!("  KV {:<5} {:>10} KV ({} attention layers) + {} recurrent = {}", ty.name(), human(b.kv), b.kv_layers, human(b.recurrent), human(b.total()));
+    }
+    if let Some(avail) = kv::mem_available() {
+        println!("  memory available: {}", human(avail));
+    }
+    Ok(())
+}
+
 pub fn run(a: InfoArgs) -> Result<()> {
     let path = a.model.or(a.model_flag);
     let (name, _, g) = load::open_gguf(path.as_deref())?;
@@ -74,6 +102,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
             for l in m.layers() {
                 println!("  {:>3}  {}", l.index, l.kind);
             }
+            state_section(&*m, a.max_seq, a.kv_type.as_deref())?;
         }
         Err(e) => println!("  cannot run this model: {e}"),
     }

@@ -14,7 +14,7 @@ pub struct LogitsArgs {
     #[command(flatten)]
     dump: crate::tensor_opts::DumpOpts,
     /// Comma-separated token ids
-    #[arg(long, conflicts_with = "prompt")]
+    #[arg(long, conflicts_with = "prompt", allow_hyphen_values = true)]
     tokens: Option<String>,
     /// Text to tokenize (special tokens parsed, BOS added if the model asks for it)
     #[arg(long)]
@@ -65,5 +65,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     serde_json::to_writer(&mut f, &json)?;
     f.write_all(b"\n")?;
     eprintln!("wrote {} × {} logits to {}", rows.len(), logits.n_vocab, a.out.display());
+    // written as null in the JSON, but a failure: the caller expected numbers
+    load::finite(&logits.data).with_context(|| format!("{} (written as null)", a.out.display()))?;
     Ok(())
 }

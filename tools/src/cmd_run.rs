@@ -4,6 +4,7 @@ use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
 use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::state::kv;
 use pn_engine::tensor_dump::TensorRecorder;
 use pn_engine::tokenizer::StreamDecoder;
 use std::io::Write;
@@ -22,22 +23,22 @@ pub struct RunArgs {
     #[arg(long, short = 'p')]
     prompt: Option<String>,
     /// Tokens to generate
-    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128, allow_negative_numbers = true)]
     n: usize,
     /// Temperature (0 = greedy). Default 0.8, or 0.7 for the built-in model
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     temp: Option<f32>,
     /// Top-k (0 = off)
     #[arg(long, default_value_t = 40)]
     top_k: usize,
     /// Top-p (1 = off)
-    #[arg(long, default_value_t = 0.95)]
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
     top_p: f32,
     /// Min-p (0 = off)
-    #[arg(long, default_value_t = 0.05)]
+    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     min_p: f32,
     /// Repetition penalty (1 = off). Default 1.0, or 1.1 for the built-in model (it loops)
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     repeat_penalty: Option<f32>,
     /// Random seed (default: from the clock; printed at the end)
     #[arg(long)]
@@ -45,9 +46,10 @@ pub struct RunArgs {
     /// Greedy decoding (same as --temp 0)
     #[arg(long)]
     greedy: bool,
-    /// Context size in tokens (KV cache capacity)
-    #[arg(long, default_value_t = 4096)]
-    max_seq: usize,
+    /// Context size in tokens (KV cache capacity). Default: $PN_MAX_SEQ, $QWEN35_MAX_SEQ,
+    /// else 4096; clamped to [16, 262144]
+    #[arg(long)]
+    max_seq: Option<usize>,
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
@@ -83,10 +85,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         seed,
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let max_seq = a.max_seq.clamp(16, 262_144);
-    if max_seq != a.max_seq {
-        eprintln!("warning: --max-seq {} clamped to {max_seq}", a.max_seq);
+    let (max_seq, clamped) = kv::resolve_max_seq(a.max_seq)?;
+    if let Some(w) = clamped {
+        eprintln!("{w}");
     }
+    let kv_cfg = kv::StateConfig {
+        max_seq,
+        kv: kv::resolve_kv_type(a.opts.kv_type.as_deref())?,
+        overflow: kv::resolve_overflow(a.opts.context_overflow.as_deref())?,
+    };
+    let ring = kv_cfg.overflow == pn_ops::Overflow::Ring;
     let mut ids = Vec::new();
     if tok.add_bos() {
         ids.extend(tok.bos());
@@ -95,15 +103,18 @@ pub fn run(a: RunArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("--prompt: the text tokenized to no tokens");
     }
-    if ids.len() >= max_seq {
-        bail!("the prompt has {} tokens but the context holds {max_seq} (raise --max-seq)", ids.len());
+    if !ring && ids.len() >= max_seq {
+        bail!("the prompt has {} tokens but the context holds {max_seq} (raise --max-seq, or --context-overflow ring)", ids.len());
     }
-    let n_gen = a.n.min(max_seq - ids.len());
+    let n_gen = if ring { a.n } else { a.n.min(max_seq - ids.len()) };
     if n_gen < a.n {
         eprintln!("warning: generating {n_gen} tokens, not {}: the context holds {max_seq}", a.n);
     }
 
-    let mut st = l.runner.new_state(max_seq);
+    let (mut st, notes) = l.runner.alloc_state(&kv_cfg)?;
+    for n in notes {
+        eprintln!("{n}");
+    }
     let mut sampler = Sampler::new(cfg);
     sampler.observe(&ids);
     let mut out = std::io::stdout().lock();
@@ -114,7 +125,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut rec = a.dump.recorder()?;
     let logits = step(&l.runner, &mut st, &ids, rec.as_mut())?;
     let t_prompt = t0.elapsed().as_secs_f64();
-    let mut next = sampler.sample(logits.last());
+    let mut next = sampler.sample(load::finite(logits.last())?);
     let mut dec = StreamDecoder::new();
     let t1 = Instant::now();
     let mut generated = 0;
@@ -129,7 +140,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             break;
         }
         let logits = step(&l.runner, &mut st, &[next], rec.as_mut())?;
-        next = sampler.sample(logits.last());
+        next = sampler.sample(load::finite(logits.last())?);
     }
     writeln!(out, "{}", dec.flush())?;
     a.dump.finish(rec)?;

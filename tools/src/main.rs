@@ -1,4 +1,5 @@
 //! `pn`: the Pantheon command line.
+#![forbid(unsafe_code)]
 
 mod cmd_bench;
 mod cmd_chat;

@@ -1,9 +1,11 @@
 //! Gated-DeltaNet state ops: causal conv (parallel over tokens × channel blocks) and the
-//! gated delta rule (parallel over V heads, sequential over tokens, as in the reference).
+//! gated delta rule (parallel over V heads; per head the chunked form for prefill, the
+//! vectorized recurrence for short batches — see `delta_chunk`).
 
 use crate::par;
 use pn_ops::reference::common::{act_f32, out_f32, recurrent_state, weight, weight_f32};
 use pn_ops::{LayerState, OpError, RecurrentState, Tensor, TensorMeta, Value};
+use crate::delta_chunk::{self, HeadIn, Scratch};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -108,151 +110,49 @@ fn delta_inputs<'a>(
     })
 }
 
-/// Rows of S processed together in the row kernel: independent sums, interleaved for ILP.
-const JB: usize = 4;
+/// Tokens from which the chunked form is used (below: the vectorized recurrence). Off by
+/// default: the chunked form rounds differently from the recurrence, so a prompt fed in
+/// one batch and token by token would differ by ~1e-6 before the quantized matmuls,
+/// which their activation rounding amplifies to ~1e-2 in the logits (tests/state.rs and
+/// tests/chat.rs ask for 1e-3 on q4_k_m models); and on this machine it is no faster than
+/// the vectorized recurrence (docs/perf.md). `PN_DELTA_CHUNKED_FROM=N` turns it on.
+pub const CHUNKED_FROM_T: usize = usize::MAX;
 
-/// Tokens from which the transposed kernel pays off (it transposes the state twice).
-const TRANSPOSE_FROM_T: usize = 4;
-
-/// One V head, state in place ([Dv][Dk]): rows j in groups of JB, each row's sums
-/// sequential in i exactly as the reference. Best for decode (no transposition).
-fn delta_head_rows(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32]) {
-    let (dk, dv) = (p.dk, p.dv);
-    let kh = h % p.hk;
-    let scale = 1.0f32 / (dk as f32).sqrt();
-    for ti in 0..p.t {
-        let qt = &p.q[(ti * p.hk + kh) * dk..][..dk];
-        let kt = &p.k[(ti * p.hk + kh) * dk..][..dk];
-        let vt = &p.v[(ti * p.hv + h) * dv..][..dv];
-        let decay = p.g[ti * p.hv + h].exp();
-        let bt = p.beta[ti * p.hv + h];
-        let ot = &mut o[ti * dv..(ti + 1) * dv];
-        let mut j0 = 0;
-        while j0 < dv {
-            let nj = JB.min(dv - j0);
-            let blk = &mut s[j0 * dk..(j0 + nj) * dk];
-            if nj == JB {
-                let (r0, rest) = blk.split_at_mut(dk);
-                let (r1, rest) = rest.split_at_mut(dk);
-                let (r2, r3) = rest.split_at_mut(dk);
-                let (mut a0, mut a1, mut a2, mut a3) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
-                for i in 0..dk {
-                    let ki = kt[i];
-                    r0[i] *= decay;
-                    r1[i] *= decay;
-                    r2[i] *= decay;
-                    r3[i] *= decay;
-                    a0 += r0[i] * ki;
-                    a1 += r1[i] * ki;
-                    a2 += r2[i] * ki;
-                    a3 += r3[i] * ki;
-                }
-                let d0 = (vt[j0] - a0) * bt;
-                let d1 = (vt[j0 + 1] - a1) * bt;
-                let d2 = (vt[j0 + 2] - a2) * bt;
-                let d3 = (vt[j0 + 3] - a3) * bt;
-                let (mut b0, mut b1, mut b2, mut b3) = (0.0f32, 0.0f32, 0.0f32, 0.0f32);
-                for i in 0..dk {
-                    let (ki, qi) = (kt[i], qt[i]);
-                    r0[i] += ki * d0;
-                    r1[i] += ki * d1;
-                    r2[i] += ki * d2;
-                    r3[i] += ki * d3;
-                    b0 += r0[i] * qi;
-                    b1 += r1[i] * qi;
-                    b2 += r2[i] * qi;
-                    b3 += r3[i] * qi;
-                }
-                ot[j0] = b0 * scale;
-                ot[j0 + 1] = b1 * scale;
-                ot[j0 + 2] = b2 * scale;
-                ot[j0 + 3] = b3 * scale;
-            } else {
-                for jj in 0..nj {
-                    let r = &mut blk[jj * dk..(jj + 1) * dk];
-                    let mut a = 0.0f32;
-                    for i in 0..dk {
-                        r[i] *= decay;
-                        a += r[i] * kt[i];
-                    }
-                    let dj = (vt[j0 + jj] - a) * bt;
-                    let mut b = 0.0f32;
-                    for i in 0..dk {
-                        r[i] += kt[i] * dj;
-                        b += r[i] * qt[i];
-                    }
-                    ot[j0 + jj] = b * scale;
-                }
-            }
-            j0 += nj;
-        }
-    }
+/// `CHUNKED_FROM_T`, or `PN_DELTA_CHUNKED_FROM` when set (experiments; read once).
+fn chunked_from() -> usize {
+    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("PN_DELTA_CHUNKED_FROM")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(CHUNKED_FROM_T)
+    })
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// One V head over all tokens. `s` is the head's state [Dv][Dk] (ssm[j][i] = S[i][j]),
-/// `o` its output [T][Dv]. The state is worked on transposed, [Dk][Dv], so every loop runs
-/// along j (independent outputs) and vectorizes, while each element still sees exactly the
-/// reference's float ops in the reference's order: decay, kv_j = Σ_i S[i][j] k_i (i
-/// ascending from 0.0), δ_j = (v_j − kv_j)·β, S[i][j] += k_i δ_j, o_j = (Σ_i S[i][j] q_i)·scale.
-fn delta_head_transposed(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32]) {
-    let (dk, dv) = (p.dk, p.dv);
-    let kh = h % p.hk;
-    let scale = 1.0f32 / (dk as f32).sqrt();
-    SCRATCH.with(|buf| {
-        let mut buf = buf.borrow_mut();
-        buf.resize(dk * dv + 3 * dv, 0.0);
-        let (st, rest) = buf.split_at_mut(dk * dv);
-        let (kv, rest) = rest.split_at_mut(dv);
-        let (delta, acc) = rest.split_at_mut(dv);
-        for j in 0..dv {
-            for i in 0..dk {
-                st[i * dv + j] = s[j * dk + i];
-            }
-        }
-        for ti in 0..p.t {
-            let qt = &p.q[(ti * p.hk + kh) * dk..][..dk];
-            let kt = &p.k[(ti * p.hk + kh) * dk..][..dk];
-            let vt = &p.v[(ti * p.hv + h) * dv..][..dv];
-            let decay = p.g[ti * p.hv + h].exp();
-            let bt = p.beta[ti * p.hv + h];
-            kv.fill(0.0);
-            for (row, &ki) in st.chunks_exact_mut(dv).zip(kt) {
-                for (x, a) in row.iter_mut().zip(kv.iter_mut()) {
-                    *x *= decay;
-                    *a += *x * ki;
-                }
-            }
-            for ((d, &v), &a) in delta.iter_mut().zip(vt).zip(kv.iter()) {
-                *d = (v - a) * bt;
-            }
-            acc.fill(0.0);
-            for ((row, &ki), &qi) in st.chunks_exact_mut(dv).zip(kt).zip(qt) {
-                for ((x, &d), a) in row.iter_mut().zip(delta.iter()).zip(acc.iter_mut()) {
-                    *x += ki * d;
-                    *a += *x * qi;
-                }
-            }
-            for (y, &a) in o[ti * dv..(ti + 1) * dv].iter_mut().zip(acc.iter()) {
-                *y = a * scale;
-            }
-        }
-        for j in 0..dv {
-            for i in 0..dk {
-                s[j * dk + i] = st[i * dv + j];
-            }
-        }
-    });
-}
-
+/// One V head over all tokens: `s` is the head's state [Dv][Dk], `o` its output [T][Dv].
 fn delta_head(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32]) {
-    if p.t >= TRANSPOSE_FROM_T {
-        delta_head_transposed(p, h, s, o)
+    let kh = h % p.hk;
+    let hi = HeadIn {
+        q: &p.q[kh * p.dk..],
+        k: &p.k[kh * p.dk..],
+        v: &p.v[h * p.dv..],
+        g: &p.g[h..],
+        beta: &p.beta[h..],
+        qk_stride: p.hk * p.dk,
+        v_stride: p.hv * p.dv,
+        gb_stride: p.hv,
+        dk: p.dk,
+        dv: p.dv,
+        t: p.t,
+    };
+    if p.t >= chunked_from() {
+        SCRATCH.with(|sc| delta_chunk::chunked(&hi, s, o, &mut sc.borrow_mut()))
     } else {
-        delta_head_rows(p, h, s, o)
+        delta_chunk::recurrent(&hi, s, o)
     }
 }
 

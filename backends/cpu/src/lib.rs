@@ -10,6 +10,7 @@
 
 mod attention;
 mod delta;
+pub mod delta_chunk;
 mod elementwise;
 mod matmul;
 mod moe;
@@ -54,6 +55,12 @@ impl CpuBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         validate(op, ins, out)?;
+        if runs_inline(op, out) {
+            // Small ops run on the caller's thread: handing them to the pool costs more
+            // (a wake-up and a blocking wait per op) than the op itself. Their loops go
+            // through `par::rows`, which stays serial outside a pool.
+            return dispatch(op, ins, out, state);
+        }
         self.pool.install(|| dispatch(op, ins, out, state))
     }
 }
@@ -62,6 +69,30 @@ impl Default for CpuBackend {
     fn default() -> Self {
         CpuBackend::new(0)
     }
+}
+
+/// Output elements up to which the light ops run inline (a decode step's activations).
+const INLINE_MAX: usize = 1 << 15;
+
+/// Whether `op` is light enough to run on the calling thread: element-wise, norms,
+/// routing and data movement on small outputs. These only parallelize through
+/// `par::rows`, which runs serially outside the pool.
+fn runs_inline(op: &Op, out: &TensorMeta) -> bool {
+    let light = matches!(
+        op,
+        Op::RmsNorm { .. }
+            | Op::L2Norm { .. }
+            | Op::Softmax
+            | Op::TopK { .. }
+            | Op::MoeWeights { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::SliceCols { .. }
+            | Op::SliceRows { .. }
+            | Op::Reshape(_)
+            | Op::Rope { .. }
+    );
+    light && out.shape.numel() <= INLINE_MAX
 }
 
 fn dispatch(

@@ -9,8 +9,8 @@ use rayon::prelude::*;
 
 /// Rows of weights per parallel task.
 const ROW_BLOCK: usize = 16;
-/// Tokens per inner tile (keeps a tile of converted activations in cache).
-const TOK_BLOCK: usize = 32;
+/// Tokens per inner tile: each decoded weight block is dotted with this many tokens.
+const TILE: usize = quant::MAX_TILE;
 
 pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
     const OP: &str = "GetRows";
@@ -56,42 +56,33 @@ pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
     q
 }
 
-/// y[ti·n + r] = vec_dot(wty, k, row(r), xq[ti]) for r < n, ti < t, where `xq` holds `t`
-/// converted activation rows of `rb` bytes. Parallel over blocks of weight rows.
+/// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds
+/// `n` weight rows of `wty` and `xq` holds `t` converted activation rows of `rb` bytes.
+/// Parallel over blocks of weight rows; inside a block, tiles of up to `MAX_TILE` tokens
+/// share each decoded weight block (`quant::vec_dot_block`, bitwise equal to `vec_dot`
+/// whatever the tiling, so results do not depend on the batch or the thread count).
 #[allow(clippy::too_many_arguments)]
-pub fn gemm<'w, R>(
-    wty: GgmlType,
-    k: usize,
-    n: usize,
-    row: R,
-    xq: &[u8],
-    rb: usize,
-    t: usize,
-    y: &mut [f32],
-) where
-    R: Fn(usize) -> &'w [u8] + Sync,
-{
+pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t: usize, y: &mut [f32]) {
     debug_assert_eq!(y.len(), n * t);
     if n == 0 || t == 0 {
         return;
     }
+    let wrb = wty.row_bytes(k).unwrap_or(0);
     let work = k.max(1);
     if t == 1 {
         // y is [n]: split it by row blocks directly.
-        let per_block = ROW_BLOCK * work;
+        let run = |b: usize, ys: &mut [f32]| {
+            let r0 = b * ROW_BLOCK;
+            let w = w.get(r0 * wrb..).unwrap_or(&[]);
+            quant::vec_dot_block(wty, k, w, wrb, ys.len(), xq, rb, 1, ys, 1);
+        };
         if n * work < par::SERIAL_WORK {
-            for (r, v) in y.iter_mut().enumerate() {
-                *v = quant::vec_dot(wty, k, row(r), xq);
-            }
+            y.chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, ys)| run(b, ys));
         } else {
             y.par_chunks_mut(ROW_BLOCK)
                 .enumerate()
-                .with_min_len((par::SERIAL_WORK / per_block).max(1))
-                .for_each(|(b, ys)| {
-                    for (i, v) in ys.iter_mut().enumerate() {
-                        *v = quant::vec_dot(wty, k, row(b * ROW_BLOCK + i), xq);
-                    }
-                });
+                .with_min_len((par::SERIAL_WORK / (ROW_BLOCK * work)).max(1))
+                .for_each(|(b, ys)| run(b, ys));
         }
         return;
     }
@@ -100,14 +91,11 @@ pub fn gemm<'w, R>(
     let block = |b: usize, ys: &mut [f32]| {
         let r0 = b * ROW_BLOCK;
         let nr = ys.len() / t;
-        for t0 in (0..t).step_by(TOK_BLOCK) {
-            let t1 = (t0 + TOK_BLOCK).min(t);
-            for i in 0..nr {
-                let w = row(r0 + i);
-                for ti in t0..t1 {
-                    ys[i * t + ti] = quant::vec_dot(wty, k, w, &xq[ti * rb..(ti + 1) * rb]);
-                }
-            }
+        let w = w.get(r0 * wrb..).unwrap_or(&[]);
+        for t0 in (0..t).step_by(TILE) {
+            let m = TILE.min(t - t0);
+            let xs = xq.get(t0 * rb..).unwrap_or(&[]);
+            quant::vec_dot_block(wty, k, w, wrb, nr, xs, rb, m, &mut ys[t0..], t);
         }
     };
     if n * t * work < par::SERIAL_WORK {
@@ -142,6 +130,6 @@ pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
     let (at, rb) = act_format(OP, w.ty, k)?;
     let xq = quantize_rows(at, x, k, rb);
     let mut y = vec![0.0f32; n * t];
-    gemm(w.ty, k, n, |r| w.row(r), &xq, rb, t, &mut y);
+    gemm(w.ty, k, n, w.bytes, &xq, rb, t, &mut y);
     out_f32(OP, out, y)
 }

@@ -1,15 +1,17 @@
 //! MoE routing (TopK, MoeWeights) and routed experts. MoeExperts routes every token
-//! first, groups the (token, slot) pairs by expert, runs one batched matmul chain per
-//! active expert (in parallel), keeps each (token, slot) result, and finally sums each
-//! token's slots in selection order — the reference's order, whatever the batch.
+//! first, groups the (token, slot) pairs by expert, and runs each projection of every
+//! active expert as one parallel loop over (expert, block of weight rows), each block
+//! dotting its weight rows with all of the expert's tokens in tiles. Each (token, slot)
+//! result is kept, and finally each token sums its slots in selection order — the
+//! reference's order, whatever the batch.
 
-use crate::matmul::{gemm, quantize_rows};
+use crate::matmul::quantize_rows;
 use crate::par;
 use pn_ops::reference::common::{
     act_f32, act_format, act_i32, out_f32, out_i32, silu, topk_before, MOE_MIN_WEIGHT_SUM,
 };
 use pn_ops::reference::moe::ExpertSet;
-use pn_ops::{OpError, Tensor, TensorMeta, Value};
+use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -106,7 +108,8 @@ pub fn moe_experts(ins: &[Value<'_>], out: &TensorMeta, merged: bool) -> Result<
         });
     }
 
-    // Route: validate ids, then a stable counting sort of the slots by expert.
+    // Route: validate ids, then a stable counting sort of the slots by expert. `order`
+    // lists the slots expert by expert; expert e owns order[starts[e]..starts[e + 1]].
     let mut counts = vec![0usize; ne + 1];
     for &id in ids {
         counts[ex.check_id(OP, id)? + 1] += 1;
@@ -123,95 +126,149 @@ pub fn moe_experts(ins: &[Value<'_>], out: &TensorMeta, merged: bool) -> Result<
     }
     let active: Vec<usize> = (0..ne).filter(|&e| starts[e + 1] > starts[e]).collect();
 
-    // Each token's x converted once per activation type.
-    let xg = quantize_rows(gt, x, kd, grb);
-    let xu = if merged || ut == gt {
+    // Each token's x converted once per activation type, then gathered in `order`.
+    let gather = |src: &[u8], rb: usize| -> Vec<u8> {
+        let mut q = Vec::with_capacity(n_slots * rb);
+        for &s in &order {
+            let tok = s / top;
+            q.extend_from_slice(&src[tok * rb..(tok + 1) * rb]);
+        }
+        q
+    };
+    let xgs = gather(&quantize_rows(gt, x, kd, grb), grb);
+    let xus = if merged || ut == gt {
         None
     } else {
-        Some(quantize_rows(ut, x, kd, urb))
+        Some(gather(&quantize_rows(ut, x, kd, urb), urb))
     };
 
-    // Per active expert: results [n_e][K] for its slots, in `order` order.
-    let run = |e: usize| -> Vec<f32> {
-        let slots = &order[starts[e]..starts[e + 1]];
-        let n = slots.len();
-        let gather = |src: &[u8], rb: usize| -> Vec<u8> {
-            let mut q = Vec::with_capacity(n * rb);
-            for &s in slots {
-                let tok = s / top;
-                q.extend_from_slice(&src[tok * rb..(tok + 1) * rb]);
+    // Phase 1, gate and up of every active expert as one parallel loop over (expert,
+    // block of rows): expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
+    let gu_w: Vec<(&[u8], &[u8])> = (0..ne)
+        .map(|e| {
+            if active.binary_search(&e).is_ok() {
+                (ex.gate.expert(e).bytes, ex.up.expert(e).bytes)
+            } else {
+                (&[][..], &[][..])
             }
-            q
-        };
-        let xgs = gather(&xg, grb);
-        let mut hid = vec![0.0f32; n * f];
-        if merged {
-            let gu_w = ex.gate.expert(e);
-            let mut gu = vec![0.0f32; n * 2 * f];
-            gemm(
-                ex.gate.ty,
-                kd,
-                2 * f,
-                |r| gu_w.row(r),
-                &xgs,
-                grb,
-                n,
-                &mut gu,
-            );
-            for (h, g) in hid.chunks_mut(f).zip(gu.chunks(2 * f)) {
-                for i in 0..f {
-                    h[i] = silu(g[i]) * g[f + i];
-                }
-            }
-        } else {
-            let xus = match &xu {
-                Some(xu) => gather(xu, urb),
-                None => xgs.clone(),
+        })
+        .collect();
+    let gwrb = ex.gate.ty.row_bytes(kd).unwrap_or(0);
+    let uwrb = ex.up.ty.row_bytes(kd).unwrap_or(0);
+    let mut gu = vec![0.0f32; n_slots * 2 * f];
+    expert_blocks(&mut gu, &active, &starts, 2 * f, kd, |e, r0, nr, ys| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        // rows r0..r0+nr of [gate (F rows); up (F rows)], split where they meet
+        let mut r = r0;
+        while r < r0 + nr {
+            let (ty, w, wrb, xs, rb, row, end) = if r < f {
+                (ex.gate.ty, gu_w[e].0, gwrb, &xgs, grb, r, (r0 + nr).min(f))
+            } else if merged {
+                (ex.gate.ty, gu_w[e].0, gwrb, &xgs, grb, r, r0 + nr)
+            } else {
+                let xs = xus.as_ref().unwrap_or(&xgs);
+                let rb = if xus.is_some() { urb } else { grb };
+                (ex.up.ty, gu_w[e].1, uwrb, xs, rb, r - f, r0 + nr)
             };
-            let gw = ex.gate.expert(e);
-            let uw = ex.up.expert(e);
-            let mut g = vec![0.0f32; n * f];
-            let mut u = vec![0.0f32; n * f];
-            gemm(ex.gate.ty, kd, f, |r| gw.row(r), &xgs, grb, n, &mut g);
-            gemm(ex.up.ty, kd, f, |r| uw.row(r), &xus, urb, n, &mut u);
-            for ((h, &g), &u) in hid.iter_mut().zip(&g).zip(&u) {
-                *h = silu(g) * u;
-            }
+            let w = w.get(row * wrb..).unwrap_or(&[]);
+            let o = &mut ys[(r - r0) * n..(end - r0) * n];
+            tiles(ty, kd, w, wrb, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o);
+            r = end;
         }
-        let hq = quantize_rows(dt, &hid, f, drb);
-        let dw = ex.down.expert(e);
-        let mut res = vec![0.0f32; n * kd];
-        gemm(ex.down.ty, f, kd, |r| dw.row(r), &hq, drb, n, &mut res);
-        for (row, &s) in res.chunks_mut(kd).zip(slots) {
-            let w = wts[s];
-            for v in row.iter_mut() {
-                *v *= w;
-            }
-        }
-        res
-    };
-    let results: Vec<Vec<f32>> = if active.len() > 1 {
-        active.par_iter().map(|&e| run(e)).collect()
-    } else {
-        active.iter().map(|&e| run(e)).collect()
-    };
+    });
 
-    // Where each slot's result lives: (index into `active`, row in that expert's results).
-    let mut loc = vec![(0usize, 0usize); n_slots];
-    for (a, &e) in active.iter().enumerate() {
-        for (i, &s) in order[starts[e]..starts[e + 1]].iter().enumerate() {
-            loc[s] = (a, i);
-        }
+    // Hidden silu(g) ⊙ u of every slot (in `order`), converted for the down projection.
+    let mut slot_e = vec![0usize; n_slots];
+    for &e in &active {
+        slot_e[starts[e]..starts[e + 1]].fill(e);
     }
+    let mut hq = vec![0u8; n_slots * drb];
+    par::rows(&mut hq, drb, 8 * f, |i, q| {
+        let e = slot_e[i];
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        let (base, li) = (2 * f * s0, i - s0);
+        HID.with(|h| {
+            let mut h = h.borrow_mut();
+            h.clear();
+            h.extend((0..f).map(|c| silu(gu[base + c * n + li]) * gu[base + (f + c) * n + li]));
+            pn_ops::quant::quantize_row(dt, &h, q);
+        });
+    });
+
+    // Phase 2, down: expert e's results at res[kd·starts[e]..] as [K rows][n_e].
+    let dwrb = ex.down.ty.row_bytes(f).unwrap_or(0);
+    let mut res = vec![0.0f32; n_slots * kd];
+    expert_blocks(&mut res, &active, &starts, kd, f, |e, r0, nr, ys| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        let w = ex.down.expert(e).bytes.get(r0 * dwrb..).unwrap_or(&[]);
+        tiles(ex.down.ty, f, w, dwrb, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys);
+    });
+
+    // Where each slot's result lives: its index in `order`.
+    let mut at = vec![0usize; n_slots];
+    for (i, &s) in order.iter().enumerate() {
+        at[s] = i;
+    }
+    // Each token sums its slots in selection order, each result scaled first (as the
+    // reference: v = o·w, then acc += v).
     let mut y = vec![0.0f32; kd * t];
     par::rows(&mut y, kd, kd * top, |ti, acc| {
         for r in 0..top {
-            let (a, i) = loc[ti * top + r];
-            let o = &results[a][i * kd..(i + 1) * kd];
-            for (v, &oi) in acc.iter_mut().zip(o) {
-                *v += oi;
+            let s = ti * top + r;
+            let i = at[s];
+            let e = slot_e[i];
+            let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+            let (base, li) = (kd * s0, i - s0);
+            let w = wts[s];
+            for (c, v) in acc.iter_mut().enumerate() {
+                *v += res[base + c * n + li] * w;
             }
         }
     });
     out_f32(OP, out, y)
+}
+
+thread_local! {
+    static HID: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Rows of expert weights per parallel task.
+const EXPERT_ROWS: usize = 32;
+
+/// Splits `buf` (per active expert e: `rows` × n_e floats at `rows·starts[e]`) into
+/// blocks of `EXPERT_ROWS` rows and runs `f(e, first_row, n_rows, block)` on every block,
+/// all experts' blocks in one parallel loop (`k` = the dot length, for the work estimate).
+fn expert_blocks<F>(buf: &mut [f32], active: &[usize], starts: &[usize], rows: usize, k: usize, f: F)
+where
+    F: Fn(usize, usize, usize, &mut [f32]) + Sync + Send,
+{
+    let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
+    let mut rest = buf;
+    for &e in active {
+        let n = starts[e + 1] - starts[e];
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows * n);
+        rest = tail;
+        for (b, chunk) in mine.chunks_mut(EXPERT_ROWS * n).enumerate() {
+            tasks.push((e, b * EXPERT_ROWS, chunk));
+        }
+    }
+    let total: usize = tasks.iter().map(|t| t.2.len()).sum::<usize>() * k;
+    let run = |(e, r0, ys): (usize, usize, &mut [f32])| {
+        let n = starts[e + 1] - starts[e];
+        f(e, r0, ys.len() / n, ys)
+    };
+    if total < par::SERIAL_WORK || tasks.len() <= 1 {
+        tasks.into_iter().for_each(run);
+    } else {
+        tasks.into_par_iter().for_each(run);
+    }
+}
+
+/// `o[r·n + j] = vec_dot(row r of w, xs[j])` for r < nr, j < n, in token tiles.
+#[allow(clippy::too_many_arguments)]
+fn tiles(ty: GgmlType, k: usize, w: &[u8], wrb: usize, nr: usize, xs: &[u8], rb: usize, n: usize, o: &mut [f32]) {
+    for t0 in (0..n).step_by(pn_ops::quant::MAX_TILE) {
+        let m = pn_ops::quant::MAX_TILE.min(n - t0);
+        pn_ops::quant::vec_dot_block(ty, k, w, wrb, nr, &xs[t0 * rb..], rb, m, &mut o[t0..], n);
+    }
 }

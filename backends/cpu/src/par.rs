@@ -17,7 +17,12 @@ where
         return;
     }
     let n_rows = y.len() / row_len;
-    if n_rows <= 1 || work_per_row.saturating_mul(n_rows) < SERIAL_WORK {
+    // Outside a pool (a small op run inline on the caller's thread, see `lib.rs`): serial,
+    // never rayon's global pool.
+    if n_rows <= 1
+        || work_per_row.saturating_mul(n_rows) < SERIAL_WORK
+        || rayon::current_thread_index().is_none()
+    {
         y.chunks_mut(row_len).enumerate().for_each(|(i, r)| f(i, r));
     } else {
         let min = (SERIAL_WORK / work_per_row.max(1)).clamp(1, 1 << 16);

@@ -356,6 +356,7 @@ impl Gguf {
         // slice we hand out borrows from it). Soundness requires that no one truncates or
         // writes the file while it is mapped; model files are treated as immutable, which
         // is the same assumption llama.cpp and every mmap-based loader make.
+        #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
         Gguf::from_backing(Backing::Mmap(map))
     }

@@ -46,6 +46,11 @@ pub struct Config {
     pub recurrent: Vec<bool>,
 }
 
+/// Largest accepted model dimension (widths, head and expert counts).
+const MAX_DIM: usize = 1 << 24;
+/// Largest accepted per-head dimension (attention head dim, DeltaNet state size, conv taps).
+const MAX_HEAD_DIM: usize = 1 << 12;
+
 impl Config {
     /// Channels of the causal conv: q, k and v of the DeltaNet (2·Hk·Dk + Hv·Dv).
     pub fn conv_dim(&self) -> usize {
@@ -63,6 +68,14 @@ impl Config {
             )));
         }
         let n_layer = n_layer_all - n_nextn;
+        // every block has several tensors: this bounds what is allocated per layer by the file
+        if n_layer_all > g.tensors.len() {
+            return Err(ConfigError::Invalid(format!(
+                "{}: expected at most one block per tensor, found {n_layer_all} blocks but {} tensors",
+                m.key("block_count"),
+                g.tensors.len()
+            )));
+        }
         let n_embd = m.usize("embedding_length")?;
         let n_head = m.usize_or("attention.head_count", 0)?;
         if n_head == 0 {
@@ -70,6 +83,9 @@ impl Config {
         }
         let n_head_kv = m.usize_or("attention.head_count_kv", n_head)?;
         let head_dim = m.usize_or("attention.key_length", n_embd / n_head)?;
+        if head_dim == 0 || head_dim > MAX_HEAD_DIM {
+            return Err(ConfigError::Invalid(format!("{}: expected a head dim in 1..={MAX_HEAD_DIM}, found {head_dim}", m.key("attention.key_length"))));
+        }
         let v_len = m.usize_or("attention.value_length", head_dim)?;
         if v_len != head_dim {
             return Err(ConfigError::Invalid(format!("attention.value_length {v_len} must equal key_length {head_dim}")));
@@ -83,11 +99,16 @@ impl Config {
         }
         let sections = m.opt_int_array("rope.dimension_sections")?;
         let rope_sections = match sections {
-            Some(s) if s.len() == 4 && s.iter().all(|&x| (0..=u32::MAX as i64).contains(&x)) => {
+            // IMRope cycles through the sections: they must not all be 0, and each is at
+            // most n_rot (so kernels can sum and scale them without overflow)
+            Some(s) if s.len() == 4 && s.iter().all(|&x| (0..=n_rot as i64).contains(&x)) && s.iter().any(|&x| x > 0) => {
                 [s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
             }
             Some(s) => {
-                return Err(ConfigError::Invalid(format!("{}: expected 4 non-negative values, found {s:?}", m.key("rope.dimension_sections"))))
+                return Err(ConfigError::Invalid(format!(
+                    "{}: expected 4 values in 0..={n_rot} (rope.dimension_count), not all 0, found {s:?}",
+                    m.key("rope.dimension_sections")
+                )))
             }
             None => return Err(ConfigError::Missing(m.key("rope.dimension_sections"))),
         };
@@ -154,6 +175,28 @@ impl Config {
             Some(t) => t.ne[1] as usize,
             None => return Err(ConfigError::Tensor { name: "token_embd.weight".into(), msg: "required tensor is missing from the GGUF".into() }),
         };
+        // Bounds that keep every product of dimensions (tensor shapes, state sizes) far from
+        // overflow; shapes are then checked against the tensors, which bounds allocation by
+        // the file size. Head dims also size the per-head DeltaNet state (Dk × Dv).
+        let dims: [(&str, usize, usize); 12] = [
+            ("embedding_length", n_embd, MAX_DIM),
+            ("attention.head_count", n_head, MAX_DIM),
+            ("attention.head_count_kv", n_head_kv, MAX_DIM),
+            ("attention.key_length", head_dim, MAX_HEAD_DIM),
+            ("expert_count", n_expert.max(1), MAX_DIM),
+            ("expert_feed_forward_length", n_ff_exp.max(!moe as usize), MAX_DIM),
+            ("expert_shared_feed_forward_length", n_ff_shexp.max(!moe as usize), MAX_DIM),
+            ("feed_forward_length", n_ff.max(moe as usize), MAX_DIM),
+            ("ssm.conv_kernel", d_conv, MAX_HEAD_DIM),
+            ("ssm.state_size", d_state, MAX_HEAD_DIM),
+            ("ssm.group_count", n_k_heads, MAX_DIM),
+            ("ssm.time_step_rank", n_v_heads, MAX_DIM),
+        ];
+        for (suffix, v, max) in dims {
+            if v == 0 || v > max {
+                return Err(ConfigError::Invalid(format!("{}: expected a value in 1..={max}, found {v}", m.key(suffix))));
+            }
+        }
         Ok(Config {
             arch: arch.to_string(),
             n_layer_all,

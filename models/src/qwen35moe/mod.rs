@@ -15,7 +15,7 @@ use crate::meta::ConfigError;
 use crate::weights::Weights;
 use pn_engine::graph::{GraphBuilder, GraphError, NodeId};
 use pn_engine::{Geometry, Gguf, LayerInfo, Model};
-use pn_ops::{BinaryOp, KvCache, LayerState, Op, RecurrentState, RopeMode, Shape, UnaryOp};
+use pn_ops::{BinaryOp, KvCache, KvType, LayerState, Op, RecurrentState, RopeMode, Shape, UnaryOp};
 
 /// The feed-forward flavour of a Qwen3.5 file.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -201,13 +201,17 @@ impl Model for Qwen35 {
     }
 
     fn new_state(&self, max_seq: usize) -> Vec<LayerState> {
+        self.new_state_with(max_seq, KvType::F32)
+    }
+
+    fn new_state_with(&self, max_seq: usize, kv: KvType) -> Vec<LayerState> {
         let c = &self.cfg;
         (0..c.n_layer)
             .map(|il| {
                 if c.recurrent[il] {
                     LayerState::Recurrent(RecurrentState::new(c.d_conv, c.conv_dim(), c.n_v_heads, c.d_state, c.head_v_dim))
                 } else {
-                    LayerState::Kv(KvCache::new(c.n_head_kv, c.head_dim, max_seq))
+                    LayerState::Kv(KvCache::with_type(c.n_head_kv, c.head_dim, max_seq, kv))
                 }
             })
             .collect()

@@ -16,7 +16,9 @@
 //! - [`iq4`]: IQ4_NL, IQ4_XS; [`mxfp4`]: MXFP4.
 //! - [`iq_grid`]: the codebook types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
 //!   (tables in the generated [`iq_grids`]).
-//! - `x86` / `x86_k`: AVX2+FMA kernels, selected at run time (scalar fallback always kept).
+//! - `x86` / `x86_tile`: AVX2+FMA kernels, selected at run time (scalar fallback always
+//!   kept); `x86_tile` holds the quantized dot products, written for 1..=8 activation
+//!   rows at once ([`vec_dot_tile`]).
 //!
 //! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
 //! tested against it.
@@ -39,7 +41,10 @@ pub mod q8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 #[cfg(target_arch = "x86_64")]
+#[allow(dead_code)]
 mod x86_k;
+#[cfg(target_arch = "x86_64")]
+mod x86_tile;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum QuantError {
@@ -220,6 +225,66 @@ pub fn try_vec_dot(w_ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> Result<f32
 /// [`try_vec_dot`]) it returns NaN.
 pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], act: &[u8]) -> f32 {
     try_vec_dot(w_ty, n, w, act).unwrap_or(f32::NAN)
+}
+
+/// Most activation rows per [`vec_dot_tile`] call.
+pub const MAX_TILE: usize = 8;
+
+/// `out[j] = vec_dot(w_ty, n, w, &acts[j·stride..])` for every `j < out.len()`
+/// (`out.len() <= MAX_TILE`), bitwise equal to [`vec_dot`], but each weight block is
+/// decoded once for all the rows. Never panics: rows that do not fit give NaN.
+pub fn vec_dot_tile(w_ty: GgmlType, n: usize, w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
+    let m = out.len();
+    vec_dot_block(w_ty, n, w, 0, 1, acts, stride, m, out, m);
+}
+
+/// The matmul kernel: `out[r·ostride + j] = vec_dot(w_ty, n, &w[r·wstride..],
+/// &acts[j·astride..])` for `r < rows`, `j < m` (`m <= MAX_TILE` activation rows),
+/// bitwise equal to [`vec_dot`] for every (r, j) whatever `rows` and `m`: each weight
+/// block is decoded once for the `m` activation rows, and the lengths are checked once.
+/// Never panics: when the rows do not fit, every output it can reach is NaN.
+#[allow(clippy::too_many_arguments)]
+pub fn vec_dot_block(
+    w_ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    wstride: usize,
+    rows: usize,
+    acts: &[u8],
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+) {
+    if m == 0 || rows == 0 {
+        return;
+    }
+    let a_ty = vec_dot_type(w_ty);
+    let (wb, ab) = (w_ty.row_bytes(n), a_ty.row_bytes(n));
+    let fits = |len: usize, count: usize, stride: usize, one: Option<usize>| {
+        one.is_some_and(|one| (count == 1 || one <= stride) && (count - 1).checked_mul(stride).and_then(|o| o.checked_add(one)).is_some_and(|e| e <= len))
+    };
+    let ok = m <= MAX_TILE
+        && is_weight(w_ty)
+        && n.is_multiple_of(w_ty.block_size())
+        && fits(w.len(), rows, wstride, wb)
+        && fits(acts.len(), m, astride, ab)
+        && fits(out.len(), rows, ostride, Some(m));
+    #[cfg(target_arch = "x86_64")]
+    if ok && x86::vec_dot_block(w_ty, n, w, wstride, rows, acts, astride, m, out, ostride) {
+        return;
+    }
+    for r in 0..rows {
+        for j in 0..m {
+            let v = match (w.get(r * wstride..), acts.get(j * astride..)) {
+                (Some(wr), Some(ar)) => vec_dot(w_ty, n, wr, ar),
+                _ => f32::NAN,
+            };
+            if let Some(o) = out.get_mut(r * ostride + j) {
+                *o = v;
+            }
+        }
+    }
 }
 
 /// Whether AVX2 + FMA + F16C kernels are used (detected once, cached).

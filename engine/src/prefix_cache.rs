@@ -1,0 +1,217 @@
+//! Prefix cache: when a new request shares a token prefix with a cached sequence, restore
+//! that sequence's state snapshot ([`SeqState::snapshot`]: KV cells + conv + delta-rule
+//! state at the end of the prefix) and prefill only the rest (docs/serving.md).
+//!
+//! Recurrent state cannot be trimmed back, so snapshots are taken where a later request
+//! may branch off: at every multiple of `interval` tokens (default 256) during a
+//! prefill, and at the end of each turn ([`PrefixCache::insert_state`], or the end of a
+//! prompt with `snapshot_end`). Entries are evicted least-recently-used first to stay
+//! under a byte budget.
+//!
+//! Exactness: [`PrefixCache::prefill`] evaluates a prompt in segments that end at the
+//! absolute multiples of `interval` (then `ubatch` splits inside a segment). A hit at an
+//! interval boundary therefore evaluates the rest in exactly the passes a cold prefill
+//! uses, and its logits are bitwise those of the full prefill. A hit at an end-of-turn
+//! snapshot (not on a boundary) matches a prefill split at that point bitwise, and a
+//! one-pass prefill to within float reassociation (the chunked delta rule, 1e-4).
+
+use crate::runner::{RunError, Runner};
+use crate::state::{SeqState, StateSnapshot};
+use std::sync::Arc;
+
+/// Default snapshot interval in tokens (a multiple of the delta rule's 64-token chunk).
+pub const DEFAULT_INTERVAL: usize = 256;
+/// Default byte budget (`PN_PREFIX_CACHE_MB`).
+pub const DEFAULT_BUDGET_MB: usize = 512;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefixCacheConfig {
+    /// Bytes of snapshots kept at most (0: the cache is off).
+    pub budget_bytes: usize,
+    /// Snapshot every `interval` tokens of a prefill (0: only at turn ends).
+    pub interval: usize,
+    /// Snapshot at the end of every prompt [`PrefixCache::prefill`] evaluates.
+    pub snapshot_end: bool,
+}
+
+impl Default for PrefixCacheConfig {
+    fn default() -> Self {
+        PrefixCacheConfig { budget_bytes: DEFAULT_BUDGET_MB << 20, interval: DEFAULT_INTERVAL, snapshot_end: true }
+    }
+}
+
+impl PrefixCacheConfig {
+    /// The default, with `PN_PREFIX_CACHE_MB` (budget in MiB, 0 = off) and
+    /// `PN_PREFIX_INTERVAL` (tokens) from the environment.
+    pub fn from_env() -> Result<PrefixCacheConfig, String> {
+        let mut c = PrefixCacheConfig::default();
+        let num = |name: &str| -> Result<Option<usize>, String> {
+            match std::env::var(name).ok().filter(|s| !s.trim().is_empty()) {
+                None => Ok(None),
+                Some(s) => s.trim().parse().map(Some).map_err(|_| format!("{name}: expected a number, found {s:?}")),
+            }
+        };
+        if let Some(mb) = num("PN_PREFIX_CACHE_MB")? {
+            c.budget_bytes = mb << 20;
+        }
+        if let Some(i) = num("PN_PREFIX_INTERVAL")? {
+            c.interval = i;
+        }
+        Ok(c)
+    }
+}
+
+/// Counters of a cache's use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    /// Prompt tokens restored instead of evaluated.
+    pub reused_tokens: u64,
+    pub inserted: u64,
+    pub evicted: u64,
+}
+
+struct Entry {
+    tokens: Vec<u32>,
+    snap: Arc<StateSnapshot>,
+    bytes: usize,
+    last_use: u64,
+}
+
+pub struct PrefixCache {
+    cfg: PrefixCacheConfig,
+    entries: Vec<Entry>,
+    bytes: usize,
+    tick: u64,
+    pub stats: CacheStats,
+}
+
+/// What [`PrefixCache::prefill`] did.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prefill {
+    /// The last prompt token's logits.
+    pub logits: Vec<f32>,
+    /// Prompt tokens restored from a snapshot (0: a miss).
+    pub reused: usize,
+}
+
+impl PrefixCache {
+    pub fn new(cfg: PrefixCacheConfig) -> PrefixCache {
+        PrefixCache { cfg, entries: Vec::new(), bytes: 0, tick: 0, stats: CacheStats::default() }
+    }
+    pub fn config(&self) -> &PrefixCacheConfig {
+        &self.cfg
+    }
+    /// Bytes of the snapshots held.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+    /// Whether a snapshot of exactly `tokens` is held.
+    pub fn contains(&self, tokens: &[u32]) -> bool {
+        self.entries.iter().any(|e| e.tokens == tokens)
+    }
+    /// The prefix lengths held, most recently used first.
+    pub fn prefixes(&self) -> Vec<usize> {
+        let mut v: Vec<(u64, usize)> = self.entries.iter().map(|e| (e.last_use, e.tokens.len())).collect();
+        v.sort_by(|a, b| b.cmp(a));
+        v.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// The longest cached proper prefix of `tokens` (at least one token is left to
+    /// evaluate): its length and snapshot. Marks the entry used.
+    pub fn lookup(&mut self, tokens: &[u32]) -> Option<(usize, Arc<StateSnapshot>)> {
+        let best = self
+            .entries
+            .iter_mut()
+            .filter(|e| e.tokens.len() < tokens.len() && tokens.starts_with(&e.tokens))
+            .max_by_key(|e| e.tokens.len())?;
+        self.tick += 1;
+        best.last_use = self.tick;
+        Some((best.tokens.len(), best.snap.clone()))
+    }
+
+    /// Keep `snap` as the state after `tokens`. Evicts least-recently-used entries to stay
+    /// within the budget; a snapshot larger than the whole budget is not kept. Returns
+    /// whether it was inserted (false: already held, or too large).
+    pub fn insert(&mut self, tokens: &[u32], snap: StateSnapshot) -> bool {
+        self.tick += 1;
+        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
+            e.last_use = self.tick;
+            return false;
+        }
+        let bytes = snap.bytes() + tokens.len() * 4;
+        if bytes > self.cfg.budget_bytes {
+            return false;
+        }
+        while self.bytes + bytes > self.cfg.budget_bytes {
+            self.evict_lru();
+        }
+        self.bytes += bytes;
+        self.entries.push(Entry { tokens: tokens.to_vec(), snap: Arc::new(snap), bytes, last_use: self.tick });
+        self.stats.inserted += 1;
+        true
+    }
+
+    /// Snapshot `st`, the state after `tokens` (e.g. at the end of a turn).
+    pub fn insert_state(&mut self, tokens: &[u32], st: &SeqState) -> bool {
+        if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || self.contains(tokens) {
+            return false;
+        }
+        self.insert(tokens, st.snapshot())
+    }
+
+    fn evict_lru(&mut self) {
+        if let Some(i) = (0..self.entries.len()).min_by_key(|&i| self.entries[i].last_use) {
+            let e = self.entries.swap_remove(i);
+            self.bytes -= e.bytes;
+            self.stats.evicted += 1;
+        }
+    }
+
+    /// Prefill `tokens` as a whole new sequence into `st` (its previous content is
+    /// discarded): restore the longest cached prefix, evaluate the rest in segments that
+    /// end at multiples of `interval` (snapshotting each boundary), and snapshot the end
+    /// when `snapshot_end`. Returns the last token's logits.
+    pub fn prefill(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<Prefill, RunError> {
+        if tokens.is_empty() {
+            return Err(RunError::Empty);
+        }
+        let on = self.cfg.budget_bytes > 0;
+        let mut p = 0;
+        if let Some((n, snap)) = on.then(|| self.lookup(tokens)).flatten() {
+            if st.restore(&snap).is_ok() {
+                p = n;
+            }
+        }
+        if p == 0 {
+            st.reset();
+            self.stats.misses += 1;
+        } else {
+            self.stats.hits += 1;
+            self.stats.reused_tokens += p as u64;
+        }
+        let reused = p;
+        let iv = self.cfg.interval;
+        let mut logits = Vec::new();
+        while p < tokens.len() {
+            let end = if iv == 0 { tokens.len() } else { ((p / iv + 1) * iv).min(tokens.len()) };
+            let l = runner.forward(st, &tokens[p..end], false)?;
+            p = end;
+            if p == tokens.len() {
+                logits = l.last().to_vec();
+            }
+            let boundary = iv > 0 && p % iv == 0;
+            if on && (boundary || (p == tokens.len() && self.cfg.snapshot_end)) {
+                self.insert_state(&tokens[..p], st);
+            }
+        }
+        Ok(Prefill { logits, reused })
+    }
+}

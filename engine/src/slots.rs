@@ -1,0 +1,392 @@
+//! Decode slots: up to `PN_MAX_SLOTS` (default 16) sequences stepped in ONE forward pass
+//! (docs/serving.md).
+//!
+//! A step of K slots runs the graph of geometry "K tokens, all logits" (cached like any
+//! other): every matmul streams its weights once for the K tokens and the MoE groups the
+//! K tokens by expert; the stateful ops (those with [`Op::state`]: Attention,
+//! Conv1dCausal, DeltaRule) run once per sequence, on that sequence's slice of the token
+//! axis (the outermost dim, so a slice is contiguous) with that sequence's layer state,
+//! and the outputs are concatenated. Kernels stay single-sequence, positions are per
+//! token, and every row is bitwise what the sequence gives alone (tests/tests/slots.rs).
+//!
+//! Slots own the bound sequences' states. A [`SlotHandle`] names a binding: it carries
+//! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
+//! handle used after an unbind, a move or a resize is an error, never another sequence.
+
+use crate::backend::Backend;
+use crate::graph::Node;
+use crate::model::Model;
+use crate::runner::{Logits, RunError, Runner};
+use crate::state::kv::{state_bytes, StateConfig};
+use crate::state::SeqState;
+use pn_ops::{OpError, Shape, Tensor, TensorData, TensorMeta, Value};
+use thiserror::Error;
+
+/// Default and largest slot counts.
+pub const DEFAULT_MAX_SLOTS: usize = 16;
+pub const MAX_SLOTS: usize = 256;
+
+/// A bound sequence: slot index, slot-table generation, binding serial.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SlotHandle {
+    slot: u32,
+    generation: u32,
+    binding: u64,
+}
+
+impl SlotHandle {
+    pub fn slot(&self) -> usize {
+        self.slot as usize
+    }
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SlotError {
+    #[error("stale slot handle: slot {slot} of generation {theirs}, but the slot count changed (generation {ours}): rebind the sequence")]
+    StaleGeneration { slot: usize, theirs: u32, ours: u32 },
+    #[error("stale slot handle: slot {slot} no longer holds that sequence (unbound or moved)")]
+    Unbound { slot: usize },
+    #[error("slot {slot} is out of range: there are {n} slots")]
+    OutOfRange { slot: usize, n: usize },
+    #[error("all {n} slots are bound: unbind one first")]
+    Full { n: usize },
+    #[error("slot {slot} is already bound")]
+    Occupied { slot: usize },
+    #[error("slot {slot} appears twice in one step")]
+    Duplicate { slot: usize },
+    #[error("slot {slot} is in the step in flight: poll it first")]
+    Busy { slot: usize },
+    #[error("a step is already in flight: poll it first")]
+    InFlight,
+    #[error("no step in flight")]
+    NothingInFlight,
+    #[error("no slots to step")]
+    EmptyStep,
+    #[error("{0}")]
+    Memory(String),
+    #[error("step worker: {0}")]
+    Worker(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+pub(crate) struct Slot {
+    pub(crate) state: Option<SeqState>,
+    /// Serial of the binding in this slot (0: free).
+    pub(crate) binding: u64,
+    /// Part of the step in flight (its state is with the worker).
+    pub(crate) busy: bool,
+}
+
+/// The slot table. Stepping: [`Slots::step`], or [`Slots::step_begin`] /
+/// [`Slots::step_poll`] (crate::async_step).
+pub struct Slots {
+    pub(crate) slots: Vec<Slot>,
+    generation: u32,
+    next_binding: u64,
+    pub(crate) inflight: Option<crate::async_step::InFlight>,
+}
+
+fn new_table(n: usize) -> Vec<Slot> {
+    (0..n).map(|_| Slot { state: None, binding: 0, busy: false }).collect()
+}
+
+impl Slots {
+    /// `n` free slots (1..=MAX_SLOTS).
+    pub fn new(n: usize) -> Slots {
+        let n = n.clamp(1, MAX_SLOTS);
+        Slots { slots: new_table(n), generation: 1, next_binding: 1, inflight: None }
+    }
+    pub fn n_slots(&self) -> usize {
+        self.slots.len()
+    }
+    pub fn generation(&self) -> u32 {
+        self.generation
+    }
+    /// Bound slots (including those in a step in flight).
+    pub fn n_bound(&self) -> usize {
+        self.slots.iter().filter(|s| s.binding != 0).count()
+    }
+    /// The lowest free slot.
+    pub fn free_slot(&self) -> Option<usize> {
+        self.slots.iter().position(|s| s.binding == 0)
+    }
+    /// Handles of every bound slot, in slot order.
+    pub fn bound(&self) -> Vec<SlotHandle> {
+        (0..self.slots.len()).filter_map(|i| self.handle(i)).collect()
+    }
+    fn handle(&self, i: usize) -> Option<SlotHandle> {
+        let s = &self.slots[i];
+        (s.binding != 0).then_some(SlotHandle { slot: i as u32, generation: self.generation, binding: s.binding })
+    }
+
+    /// The slot index of a live handle, or why it is not one.
+    pub(crate) fn check(&self, h: SlotHandle) -> Result<usize, SlotError> {
+        let slot = h.slot();
+        if h.generation != self.generation {
+            return Err(SlotError::StaleGeneration { slot, theirs: h.generation, ours: self.generation });
+        }
+        let s = self.slots.get(slot).ok_or(SlotError::OutOfRange { slot, n: self.slots.len() })?;
+        if s.binding != h.binding || s.binding == 0 {
+            return Err(SlotError::Unbound { slot });
+        }
+        if s.busy {
+            return Err(SlotError::Busy { slot });
+        }
+        Ok(slot)
+    }
+
+    /// Bind a (prefilled) sequence to the lowest free slot; the slot owns it until unbind.
+    pub fn bind(&mut self, st: SeqState) -> Result<SlotHandle, SlotError> {
+        let slot = self.free_slot().ok_or(SlotError::Full { n: self.slots.len() })?;
+        self.bind_at(slot, st)
+    }
+    /// Bind to slot `slot`, which must be free.
+    pub fn bind_at(&mut self, slot: usize, st: SeqState) -> Result<SlotHandle, SlotError> {
+        let n = self.slots.len();
+        let s = self.slots.get_mut(slot).ok_or(SlotError::OutOfRange { slot, n })?;
+        if s.binding != 0 {
+            return Err(SlotError::Occupied { slot });
+        }
+        s.state = Some(st);
+        s.binding = self.next_binding;
+        self.next_binding += 1;
+        Ok(self.handle(slot).expect("just bound"))
+    }
+    /// Free the slot and hand its sequence back (the handle becomes stale).
+    pub fn unbind(&mut self, h: SlotHandle) -> Result<SeqState, SlotError> {
+        let i = self.check(h)?;
+        let s = &mut self.slots[i];
+        s.binding = 0;
+        Ok(s.state.take().expect("a bound slot holds its state"))
+    }
+    pub fn state(&self, h: SlotHandle) -> Result<&SeqState, SlotError> {
+        let i = self.check(h)?;
+        Ok(self.slots[i].state.as_ref().expect("a bound slot holds its state"))
+    }
+    pub fn state_mut(&mut self, h: SlotHandle) -> Result<&mut SeqState, SlotError> {
+        let i = self.check(h)?;
+        Ok(self.slots[i].state.as_mut().expect("a bound slot holds its state"))
+    }
+    /// Move a sequence to the free slot `dst` (its state is moved, not copied; nothing
+    /// goes through the host). Returns the new handle; the old one becomes stale.
+    pub fn move_to(&mut self, h: SlotHandle, dst: usize) -> Result<SlotHandle, SlotError> {
+        let i = self.check(h)?;
+        if dst == i {
+            return Ok(h);
+        }
+        if self.slots.get(dst).ok_or(SlotError::OutOfRange { slot: dst, n: self.slots.len() })?.binding != 0 {
+            return Err(SlotError::Occupied { slot: dst });
+        }
+        let st = self.unbind(h)?;
+        self.bind_at(dst, st)
+    }
+    /// Copy a sequence's state into the free slot `dst` (a fork: both continue
+    /// independently from the same point).
+    pub fn copy_to(&mut self, h: SlotHandle, dst: usize) -> Result<SlotHandle, SlotError> {
+        let st = self.state(h)?.clone();
+        self.bind_at(dst, st)
+    }
+    /// Move every bound sequence to the lowest slots, keeping their order. Returns
+    /// (old handle, new handle) for each sequence that moved.
+    pub fn compact(&mut self) -> Result<Vec<(SlotHandle, SlotHandle)>, SlotError> {
+        if self.inflight.is_some() {
+            return Err(SlotError::InFlight);
+        }
+        let mut moved = Vec::new();
+        for h in self.bound() {
+            let dst = self.free_slot().expect("a bound slot exists, so does a free one below or at it");
+            if dst < h.slot() {
+                moved.push((h, self.move_to(h, dst)?));
+            }
+        }
+        Ok(moved)
+    }
+    /// Change the slot count. Every binding is invalidated (the generation changes, old
+    /// handles are errors); the bound sequences are handed back in slot order to rebind.
+    pub fn resize(&mut self, n: usize) -> Result<Vec<SeqState>, SlotError> {
+        if self.inflight.is_some() {
+            return Err(SlotError::InFlight);
+        }
+        let old = std::mem::replace(&mut self.slots, new_table(n.clamp(1, MAX_SLOTS)));
+        self.generation = self.generation.wrapping_add(1).max(1);
+        Ok(old.into_iter().filter_map(|s| s.state).collect())
+    }
+
+    /// Take the states of a step's slots (checked: live, distinct) out of the table.
+    pub(crate) fn take_batch(&mut self, batch: &[(SlotHandle, u32)]) -> Result<(Vec<usize>, Vec<SeqState>), SlotError> {
+        if batch.is_empty() {
+            return Err(SlotError::EmptyStep);
+        }
+        let mut idx = Vec::with_capacity(batch.len());
+        for (h, _) in batch {
+            let i = self.check(*h)?;
+            if idx.contains(&i) {
+                return Err(SlotError::Duplicate { slot: i });
+            }
+            idx.push(i);
+        }
+        let states = idx.iter().map(|&i| self.slots[i].state.take().expect("checked")).collect();
+        Ok((idx, states))
+    }
+    pub(crate) fn put_back(&mut self, idx: &[usize], states: Vec<SeqState>) {
+        for (&i, st) in idx.iter().zip(states) {
+            self.slots[i].state = Some(st);
+            self.slots[i].busy = false;
+        }
+    }
+
+    /// One decode step: `batch[i]` = (slot, its next token). Returns one logits row per
+    /// entry, in `batch` order; each slot's position advances by one.
+    pub fn step(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)]) -> Result<Logits, SlotError> {
+        let (idx, mut states) = self.take_batch(batch)?;
+        let res = run_step(runner, &mut states, batch);
+        self.put_back(&idx, states);
+        Ok(res?)
+    }
+}
+
+/// The forward pass of a step over taken-out states.
+pub(crate) fn run_step(runner: &Runner, states: &mut [SeqState], batch: &[(SlotHandle, u32)]) -> Result<Logits, RunError> {
+    let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
+    let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+    runner.forward_multi(&mut parts)
+}
+
+impl Runner {
+    /// Several sequences in ONE forward pass: `parts[i]` is a sequence's state and its
+    /// new tokens (appended at its own positions). Returns every token's logits row,
+    /// sequence after sequence. The graph is the one of geometry `Σ tokens` with all
+    /// logits (cached per geometry), so weights stream once and the MoE groups all tokens
+    /// by expert; the stateful ops run once per sequence on its slice of the token axis
+    /// with its own state. Batch-invariant: a row is bitwise what [`Runner::forward`]
+    /// gives for that sequence alone. No ubatch split: one pass holds all the tokens.
+    pub fn forward_multi(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {
+        let n_vocab = self.model().n_vocab();
+        if parts.is_empty() {
+            return Err(RunError::Empty);
+        }
+        let mut tokens = Vec::new();
+        let mut lens = Vec::with_capacity(parts.len());
+        for (st, t) in parts.iter() {
+            if t.is_empty() {
+                return Err(RunError::Empty);
+            }
+            if let Some(&id) = t.iter().find(|&&x| x as usize >= n_vocab) {
+                return Err(RunError::BadToken { id, n_vocab });
+            }
+            if !st.fits(t.len()) {
+                return Err(RunError::ContextFull { have: st.pos, adding: t.len(), max_seq: st.max_seq });
+            }
+            tokens.extend_from_slice(t);
+            lens.push(t.len());
+        }
+        let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
+        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut None)?;
+        Ok(Logits { n_vocab, data: t.into_f32() })
+    }
+}
+
+/// The token axis of a tensor in a pass of `t ≥ 2` tokens: its outermost dim ≠ 1.
+fn token_axis(s: &Shape, t: usize) -> Result<usize, String> {
+    match (0..4).rev().find(|&i| s.0[i] != 1) {
+        Some(a) if s.0[a] == t => Ok(a),
+        _ => Err(format!("{s:?} has no token axis of {t}")),
+    }
+}
+
+/// Tokens [t0, t0+n) of `x` (a pass of `t` tokens): contiguous, the token axis outermost.
+fn slice_tokens(x: &Tensor, t: usize, t0: usize, n: usize) -> Result<Tensor, String> {
+    let a = token_axis(&x.shape, t)?;
+    let per = x.shape.numel() / t;
+    let mut shape = x.shape;
+    shape.0[a] = n;
+    let r = t0 * per..(t0 + n) * per;
+    Ok(match &x.data {
+        TensorData::F32(v) => Tensor::f32(shape, v[r].to_vec()),
+        TensorData::I32(v) => Tensor::i32(shape, v[r].to_vec()),
+    })
+}
+
+/// Runs a stateful op once per sequence on its slice of the token axis with its layer
+/// state `layer`, and concatenates the outputs (crate::runner's multi-sequence passes).
+pub(crate) fn run_per_sequence(
+    backend: &dyn Backend,
+    node: &Node,
+    ins: &[Value<'_>],
+    layer: usize,
+    seqs: &mut [&mut SeqState],
+    lens: &[usize],
+) -> Result<Tensor, OpError> {
+    let bad = |msg: String| OpError::Invalid { op: node.op.kind(), msg };
+    let t: usize = lens.iter().sum();
+    let axis = token_axis(&node.out.shape, t).map_err(bad)?;
+    let mut data: Vec<f32> = Vec::with_capacity(node.out.shape.numel());
+    let mut t0 = 0;
+    for (st, &n) in seqs.iter_mut().zip(lens) {
+        let parts: Vec<Tensor> = ins
+            .iter()
+            .filter_map(|v| match v {
+                Value::Act(x) => Some(slice_tokens(x, t, t0, n)),
+                Value::Weight(_) => None,
+            })
+            .collect::<Result<_, _>>()
+            .map_err(bad)?;
+        let mut acts = parts.iter();
+        let sub: Vec<Value<'_>> = ins
+            .iter()
+            .map(|v| match v {
+                Value::Act(_) => Value::Act(acts.next().expect("one slice per activation")),
+                Value::Weight(w) => Value::Weight(*w),
+            })
+            .collect();
+        let mut shape = node.out.shape;
+        shape.0[axis] = n;
+        let out = TensorMeta { shape, dtype: node.out.dtype };
+        let y = backend.execute(&node.op, &sub, &out, st.layers.get_mut(layer))?;
+        data.extend_from_slice(y.as_f32());
+        t0 += n;
+    }
+    Ok(Tensor::f32(node.out.shape, data))
+}
+
+/// `PN_MAX_SLOTS` (default 16), or `flag` when given; 1..=MAX_SLOTS.
+pub fn resolve_max_slots(flag: Option<usize>) -> Result<usize, String> {
+    let (n, src) = match flag {
+        Some(n) => (n, "--slots"),
+        None => match std::env::var("PN_MAX_SLOTS").ok().filter(|s| !s.trim().is_empty()) {
+            Some(s) => (s.trim().parse().map_err(|_| format!("PN_MAX_SLOTS: expected a slot count, found {s:?}"))?, "PN_MAX_SLOTS"),
+            None => (DEFAULT_MAX_SLOTS, "default"),
+        },
+    };
+    if n == 0 || n > MAX_SLOTS {
+        return Err(format!("{src}: expected 1..={MAX_SLOTS} slots, found {n}"));
+    }
+    Ok(n)
+}
+
+/// The memory ladder for slots: `want` slots if `want` sequence states of `cfg` plus
+/// `reserve` bytes fit in `avail` (MemAvailable), else halve (16 → 8 → 4 → 2 → 1) with a
+/// note saying so; an error with the numbers if even one does not fit. `avail` None:
+/// no check.
+pub fn slot_ladder(model: &dyn Model, cfg: &StateConfig, want: usize, reserve: u64, avail: Option<u64>) -> Result<(usize, Option<String>), SlotError> {
+    let per = state_bytes(model, cfg.max_seq, cfg.kv).total();
+    let Some(avail) = avail else { return Ok((want, None)) };
+    let mut n = want.max(1);
+    while n > 1 && (n as u64) * per + reserve > avail {
+        n /= 2;
+    }
+    if per + reserve > avail {
+        return Err(SlotError::Memory(format!(
+            "not enough memory for one decode slot: a sequence state of max_seq {} with {} KV needs {per} bytes (+ {reserve} reserved) but {avail} bytes are available (lower --max-seq or use --kv-type q4_0)",
+            cfg.max_seq, cfg.kv
+        )));
+    }
+    let note = (n < want).then(|| {
+        format!("note: {want} decode slots need {} bytes of sequence state ({per} each) but {avail} bytes are available: using {n} slots", want as u64 * per + reserve)
+    });
+    Ok((n, note))
+}

@@ -1,0 +1,460 @@
+//! Multi-token ("tile") AVX2 dot products: one weight row against `M` (1..=8) activation
+//! rows, each weight block decoded once and dotted with every row of the tile.
+//!
+//! Bitwise contract: for every token `j` the result equals the single-row kernel's.
+//! The integer part of each block is exact (any summation order gives the same i32),
+//! and the float part repeats the single-row formula per token, per block, in block
+//! order. The single-row entry points in `x86.rs` call these kernels with `M = 1`, so
+//! `vec_dot` and the tiles are literally the same code.
+//!
+//! All functions are `unsafe`: callers must have detected AVX2+FMA+F16C and must pass
+//! `nb` whole blocks of weights at `w` and, for every token `j < M`, `nb` whole
+//! activation blocks at `a + j·stride`.
+
+use super::iq4::{IQ4_NL_BYTES, IQ4_XS_BYTES, KVALUES_IQ4NL};
+use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
+use super::legacy::Q4_0_BYTES;
+use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
+use super::q8::{Q8_0_BYTES, Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
+use super::x86::hsum_ps;
+use std::arch::x86_64::*;
+
+/// Largest tile.
+pub const MAX_TILE: usize = 8;
+
+/// The integer multiply-accumulate steps, in two instruction sets with identical (exact)
+/// results: plain AVX2, and AVX-512 VNNI (fused `vpdpwssd` / `vpdpbusd`; the bodies are
+/// compiled inside `avx512vnni,avx512vl` functions, where 32 vector registers are also
+/// available).
+pub trait Mac {
+    /// `acc + Σ pairs(a·b)·s`: `maddubs(a, b)` (u8·i8 pairs, never saturating for our
+    /// operands) times the i16 scales `s`, summed into i32 lanes.
+    unsafe fn mac_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i;
+    /// Σ of 4 adjacent u8·i8 products per i32 lane.
+    unsafe fn dot4(a: __m256i, b: __m256i) -> __m256i;
+}
+
+pub struct Avx2;
+pub struct Vnni;
+
+impl Mac for Avx2 {
+    #[inline(always)]
+    unsafe fn mac_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), s))
+    }
+    #[inline(always)]
+    unsafe fn dot4(a: __m256i, b: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1))
+    }
+}
+
+impl Mac for Vnni {
+    #[inline(always)]
+    unsafe fn mac_scaled(acc: __m256i, a: __m256i, b: __m256i, s: __m256i) -> __m256i {
+        // SAFETY: only inlined into functions that enable avx512vnni + avx512vl.
+        unsafe { _mm256_dpwssd_epi32(acc, _mm256_maddubs_epi16(a, b), s) }
+    }
+    #[inline(always)]
+    unsafe fn dot4(a: __m256i, b: __m256i) -> __m256i {
+        // SAFETY: as above.
+        unsafe { _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b) }
+    }
+}
+
+#[inline(always)]
+unsafe fn ld(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes at `p`.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+#[inline(always)]
+unsafe fn rd_u32(p: *const u8) -> u32 {
+    // SAFETY: the caller guarantees 4 readable bytes at `p`.
+    unsafe { (p as *const u32).read_unaligned() }
+}
+
+/// f16 at `p` -> f32 (F16C; exact).
+#[inline(always)]
+unsafe fn f16(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`.
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+#[inline(always)]
+unsafe fn f32_at(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 4 readable bytes at `p`.
+    unsafe { (p as *const f32).read_unaligned() }
+}
+
+/// Horizontal sums of `M` vectors of 8 i32 lanes (exact; 4 at a time with hadd).
+#[inline(always)]
+unsafe fn hsums<const M: usize>(v: &[__m256i; M]) -> [i32; M] {
+    let mut out = [0i32; M];
+    let mut j = 0;
+    while j < M {
+        let g = |k: usize| if j + k < M { v[j + k] } else { _mm256_setzero_si256() };
+        let a = _mm256_hadd_epi32(g(0), g(1));
+        let b = _mm256_hadd_epi32(g(2), g(3));
+        let c = _mm256_hadd_epi32(a, b);
+        let s = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+        let mut l = [0i32; 4];
+        // SAFETY: `l` is 16 writable bytes.
+        unsafe { _mm_storeu_si128(l.as_mut_ptr() as *mut __m128i, s) };
+        for k in 0..4.min(M - j) {
+            out[j + k] = l[k];
+        }
+        j += 4;
+    }
+    out
+}
+
+/// The 8 six-bit scales and 8 mins of a Q4_K / Q5_K super-block (`get_scale_min_k4` for
+/// all sub-blocks at once): returns (scales, mins).
+#[inline(always)]
+unsafe fn scales_mins_k4(s: *const u8) -> ([u8; 8], [u8; 8]) {
+    const K1: u32 = 0x3f3f_3f3f;
+    const K2: u32 = 0x0f0f_0f0f;
+    const K3: u32 = 0x0303_0303;
+    // SAFETY: the caller guarantees the 12 scale bytes at `s`.
+    let (u0, u1, u2) = unsafe { (rd_u32(s), rd_u32(s.add(4)), rd_u32(s.add(8))) };
+    let sc_lo = u0 & K1;
+    let mn_lo = u1 & K1;
+    let sc_hi = (u2 & K2) | (((u0 >> 6) & K3) << 4);
+    let mn_hi = ((u2 >> 4) & K2) | (((u1 >> 6) & K3) << 4);
+    let sc = ((sc_hi as u64) << 32 | sc_lo as u64).to_le_bytes();
+    let mn = ((mn_hi as u64) << 32 | mn_lo as u64).to_le_bytes();
+    (sc, mn)
+}
+
+/// Q4_K (`FIVE = false`) / Q5_K (`FIVE = true`) against Q8_K.
+#[inline(always)]
+pub unsafe fn tile_q45<K: Mac, const M: usize, const FIVE: bool>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    stride: usize,
+    out: &mut [f32; M],
+) {
+    let wbytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
+    let qs_off = if FIVE { 48 } else { 16 };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let sixteen = _mm256_set1_epi8(16);
+    let mut sumf = [0f32; M];
+    for i in 0..nb {
+        // SAFETY (whole loop body): block i of the weights is `wbytes` long at x, block
+        // i of every token's activations is Q8_K_BYTES long at y(j); every offset read
+        // below lies inside those blocks (qs 128 B, qh 32 B, scales 12 B @4; activation
+        // qs 256 B @4, bsums 32 B @260).
+        unsafe {
+            let x = w.add(i * wbytes);
+            let y = |j: usize| a.add(j * stride + i * Q8_K_BYTES);
+            let (sc, mn) = scales_mins_k4(x.add(4));
+            let mins8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+            let mins16 =
+                _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
+            let hv = if FIVE { ld(x.add(16)) } else { _mm256_setzero_si256() };
+            let mut sumi = [_mm256_setzero_si256(); M];
+            for c in 0..4 {
+                let q = ld(x.add(qs_off + 32 * c));
+                let mut lo = _mm256_and_si256(q, m4);
+                let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if FIVE {
+                    let ml = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
+                    let mh = _mm256_set1_epi8((1u8 << (2 * c + 1)) as i8);
+                    lo = _mm256_or_si256(
+                        lo,
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, ml), ml), sixteen),
+                    );
+                    hi = _mm256_or_si256(
+                        hi,
+                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, mh), mh), sixteen),
+                    );
+                }
+                let sl = _mm256_set1_epi16(sc[2 * c] as i16);
+                let sh = _mm256_set1_epi16(sc[2 * c + 1] as i16);
+                for (j, s) in sumi.iter_mut().enumerate() {
+                    let yq = y(j).add(Q8_K_QS + 64 * c);
+                    *s = K::mac_scaled(*s, lo, ld(yq), sl);
+                    *s = K::mac_scaled(*s, hi, ld(yq.add(32)), sh);
+                }
+            }
+            let mut smv = [_mm256_setzero_si256(); M];
+            for (j, s) in smv.iter_mut().enumerate() {
+                *s = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), mins16);
+            }
+            let is = hsums(&sumi);
+            let summ = hsums(&smv);
+            let (dw, dmw) = (f16(x), f16(x.add(2)));
+            for j in 0..M {
+                let yd = f32_at(y(j));
+                let (d, dmin) = (dw * yd, dmw * yd);
+                sumf[j] += d * is[j] as f32 - dmin * summ[j] as f32;
+            }
+        }
+    }
+    *out = sumf;
+}
+
+/// Word-broadcast controls for the Q6_K scale pairs: group pair k of a half takes word
+/// 2k in the low lane and 2k+1 in the high lane.
+const Q6_CTRL: [[u8; 32]; 4] = {
+    let mut c = [[0u8; 32]; 4];
+    let mut k = 0;
+    while k < 4 {
+        let mut b = 0;
+        while b < 16 {
+            c[k][b] = (4 * k + (b & 1)) as u8;
+            c[k][16 + b] = (4 * k + 2 + (b & 1)) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    c
+};
+
+/// Q6_K against Q8_K.
+#[inline(always)]
+pub unsafe fn tile_q6_k<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    stride: usize,
+    out: &mut [f32; M],
+) {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+    // SAFETY: the tables are 32 readable bytes each.
+    let ctrl: [__m256i; 4] = core::array::from_fn(|k| unsafe { ld(Q6_CTRL[k].as_ptr()) });
+    let mut sumf = [0f32; M];
+    for i in 0..nb {
+        // SAFETY (whole loop body): block i of the weights is 210 bytes at x (ql 128 B
+        // @0, qh 64 B @128, scales 16 B @192, d @208), block i of every token's
+        // activations is Q8_K_BYTES at y(j) (qs 256 B @4, bsums 32 B @260).
+        unsafe {
+            let x = w.add(i * Q6_K_BYTES);
+            let y = |j: usize| a.add(j * stride + i * Q8_K_BYTES);
+            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192) as *const __m128i));
+            let mut sumi = [_mm256_setzero_si256(); M];
+            for half in 0..2 {
+                let sch = if half == 0 {
+                    _mm256_permute2x128_si256(sc16, sc16, 0x00)
+                } else {
+                    _mm256_permute2x128_si256(sc16, sc16, 0x11)
+                };
+                let q0 = ld(x.add(64 * half));
+                let q1 = ld(x.add(64 * half + 32));
+                let qh = ld(x.add(128 + 32 * half));
+                let low = [
+                    _mm256_and_si256(q0, m4),
+                    _mm256_and_si256(q1, m4),
+                    _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                ];
+                let high = [
+                    _mm256_and_si256(qh, m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
+                    _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2),
+                ];
+                for k in 0..4 {
+                    let q = _mm256_or_si256(low[k], _mm256_slli_epi16(high[k], 4));
+                    let scv = _mm256_shuffle_epi8(sch, ctrl[k]);
+                    for (j, s) in sumi.iter_mut().enumerate() {
+                        let yv = ld(y(j).add(Q8_K_QS + 128 * half + 32 * k));
+                        *s = K::mac_scaled(*s, q, yv, scv);
+                    }
+                }
+            }
+            let mut offv = [_mm256_setzero_si256(); M];
+            for (j, o) in offv.iter_mut().enumerate() {
+                *o = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), sc16);
+            }
+            let is = hsums(&sumi);
+            let off = hsums(&offv);
+            let dw = f16(x.add(208));
+            for j in 0..M {
+                sumf[j] += dw * f32_at(y(j)) * (is[j] - 32 * off[j]) as f32;
+            }
+        }
+    }
+    *out = sumf;
+}
+
+/// 16 bytes at `p` split into 32 nibbles: low nibbles in bytes 0..16, high in 16..32.
+#[inline(always)]
+unsafe fn nibbles32(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 16 readable bytes at `p`.
+    let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
+    let b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    _mm256_and_si256(b, _mm256_set1_epi8(0x0f))
+}
+
+#[inline(always)]
+unsafe fn table16(t: &[i8; 16]) -> __m256i {
+    // SAFETY: the table is 16 readable bytes.
+    unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i)) }
+}
+
+/// IQ4_XS against Q8_K.
+#[inline(always)]
+pub unsafe fn tile_iq4_xs<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    stride: usize,
+    out: &mut [f32; M],
+) {
+    // SAFETY: reads the 16-byte table.
+    let t = unsafe { table16(&KVALUES_IQ4NL) };
+    let mut sumf = [0f32; M];
+    for i in 0..nb {
+        // SAFETY (whole loop body): block i of the weights is 136 bytes at x (d @0,
+        // scales_h @2, scales_l 4 B @4, qs 128 B @8); activation block i of token j is
+        // Q8_K_BYTES at y(j) (qs 256 B @4).
+        unsafe {
+            let x = w.add(i * IQ4_XS_BYTES);
+            let y = |j: usize| a.add(j * stride + i * Q8_K_BYTES);
+            let sh = (x.add(2) as *const u16).read_unaligned() as i32;
+            let mut sumi = [_mm256_setzero_si256(); M];
+            for ib in 0..8 {
+                let lo = ((*x.add(4 + ib / 2) >> (4 * (ib % 2))) & 15) as i32;
+                let ls = _mm256_set1_epi16(((lo | (((sh >> (2 * ib)) & 3) << 4)) - 32) as i16);
+                let v = _mm256_shuffle_epi8(t, nibbles32(x.add(8 + 16 * ib)));
+                let av = _mm256_sign_epi8(v, v);
+                for (j, s) in sumi.iter_mut().enumerate() {
+                    let yv = ld(y(j).add(Q8_K_QS + 32 * ib));
+                    *s = K::mac_scaled(*s, av, _mm256_sign_epi8(yv, v), ls);
+                }
+            }
+            let is = hsums(&sumi);
+            let dw = f16(x);
+            for j in 0..M {
+                sumf[j] += dw * f32_at(y(j)) * is[j] as f32;
+            }
+        }
+    }
+    *out = sumf;
+}
+
+/// Shared loop of the 32-element formats paired with Q8_0: `ints(block)` gives the 32
+/// signed weight integers, `dw(block)` the weight's float scale (the float factor of a
+/// block is `dw · d_act`, as in the scalar kernels). Two 8-lane float accumulators per
+/// token (even / odd blocks), reduced at the end.
+#[inline(always)]
+unsafe fn tile_32<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    wbytes: usize,
+    a: *const u8,
+    stride: usize,
+    out: &mut [f32; M],
+    ints: impl Fn(*const u8) -> __m256i,
+    dw: impl Fn(*const u8) -> f32,
+) {
+    let mut acc = [[_mm256_setzero_ps(); 2]; M];
+    for i in 0..nb {
+        // SAFETY: block i of the weights is `wbytes` at x (`ints`/`dw` read inside it);
+        // activation block i of token j is 34 bytes at y (d @0, qs 32 B @2).
+        unsafe {
+            let x = w.add(i * wbytes);
+            let q = ints(x);
+            let aq = _mm256_sign_epi8(q, q);
+            let d = dw(x);
+            for (j, c) in acc.iter_mut().enumerate() {
+                let y = a.add(j * stride + i * Q8_0_BYTES);
+                let sy = _mm256_sign_epi8(ld(y.add(2)), q);
+                let p = _mm256_cvtepi32_ps(K::dot4(aq, sy));
+                let dv = _mm256_set1_ps(d * f16(y));
+                c[i & 1] = _mm256_fmadd_ps(dv, p, c[i & 1]);
+            }
+        }
+    }
+    for j in 0..M {
+        // SAFETY: AVX enabled in every caller.
+        out[j] = unsafe { hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1])) };
+    }
+}
+
+#[inline(always)]
+pub unsafe fn tile_q8_0<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    s: usize,
+    o: &mut [f32; M],
+) {
+    // SAFETY: Q8_0 blocks hold d @0 and 32 quants @2.
+    unsafe { tile_32::<K, M>(nb, w, Q8_0_BYTES, a, s, o, |p| ld(p.add(2)), |p| f16(p)) }
+}
+
+#[inline(always)]
+pub unsafe fn tile_q4_0<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    s: usize,
+    o: &mut [f32; M],
+) {
+    let eight = _mm256_set1_epi8(8);
+    // SAFETY: Q4_0 blocks hold d @0 and 16 nibble bytes @2.
+    unsafe {
+        tile_32::<K, M>(
+            nb,
+            w,
+            Q4_0_BYTES,
+            a,
+            s,
+            o,
+            |p| _mm256_sub_epi8(nibbles32(p.add(2)), eight),
+            |p| f16(p),
+        )
+    }
+}
+
+#[inline(always)]
+pub unsafe fn tile_mxfp4<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    s: usize,
+    o: &mut [f32; M],
+) {
+    // SAFETY: reads the 16-byte table; MXFP4 blocks hold e @0 and 16 nibble bytes @1.
+    unsafe {
+        let t = table16(&KVALUES_MXFP4);
+        tile_32::<K, M>(
+            nb,
+            w,
+            MXFP4_BYTES,
+            a,
+            s,
+            o,
+            |p| _mm256_shuffle_epi8(t, nibbles32(p.add(1))),
+            |p| e8m0_to_f32_half(*p),
+        )
+    }
+}
+
+#[inline(always)]
+pub unsafe fn tile_iq4_nl<K: Mac, const M: usize>(
+    nb: usize,
+    w: *const u8,
+    a: *const u8,
+    s: usize,
+    o: &mut [f32; M],
+) {
+    // SAFETY: reads the 16-byte table; IQ4_NL blocks hold d @0 and 16 nibble bytes @2.
+    unsafe {
+        let t = table16(&KVALUES_IQ4NL);
+        tile_32::<K, M>(
+            nb,
+            w,
+            IQ4_NL_BYTES,
+            a,
+            s,
+            o,
+            |p| _mm256_shuffle_epi8(t, nibbles32(p.add(2))),
+            |p| f16(p),
+        )
+    }
+}

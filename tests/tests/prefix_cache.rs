@@ -1,0 +1,137 @@
+//! Prefix cache: a hit restores a snapshot and prefills only the rest, with logits
+//! bitwise equal to a full prefill (and decoding continues identically); end-of-turn
+//! snapshots; LRU eviction under a byte budget.
+
+use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
+use pn_engine::sampler::argmax;
+use pn_engine::{Runner, SeqState};
+use pn_tests::*;
+
+fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    let mut x = seed.wrapping_add(99);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn cache(interval: usize, mb: usize) -> PrefixCache {
+    PrefixCache::new(PrefixCacheConfig { budget_bytes: mb << 20, interval, snapshot_end: true })
+}
+
+/// Greedy continuation of a prefilled sequence: `n` more logits rows.
+fn decode(r: &Runner, st: &mut SeqState, first: &[f32], n: usize) -> Vec<Vec<f32>> {
+    let mut row = first.to_vec();
+    (0..n)
+        .map(|_| {
+            row = r.forward(st, &[argmax(&row) as u32], false).unwrap().last().to_vec();
+            row.clone()
+        })
+        .collect()
+}
+
+fn check_hit(model: &str, interval: usize) {
+    let r = runner(model, 2);
+    let v = r.model().n_vocab();
+    let a = tokens(1, 100, v);
+    // b shares 70 tokens with a: the hit is at the last boundary ≤ 70
+    let mut b = a[..70].to_vec();
+    b.extend(tokens(2, 30, v));
+    let mut c = cache(interval, 64);
+    let mut st = r.new_state(256);
+    let pa = c.prefill(&r, &mut st, &a).unwrap();
+    assert_eq!(pa.reused, 0);
+    let hit = c.prefill(&r, &mut st, &b).unwrap();
+    assert_eq!(hit.reused, 70 / interval * interval, "{model}: restored the longest boundary");
+    assert_eq!(st.pos, 100);
+    let hit_dec = decode(&r, &mut st, &hit.logits, 4);
+    // cold: a fresh cache, same segmentation
+    let mut st2 = r.new_state(256);
+    let cold = cache(interval, 64).prefill(&r, &mut st2, &b).unwrap();
+    assert_eq!(cold.reused, 0);
+    assert!(hit.logits == cold.logits, "{model} interval {interval}: hit logits differ from a full prefill");
+    assert_eq!(hit_dec, decode(&r, &mut st2, &cold.logits, 4), "decode after a hit");
+    // against one plain forward pass of the whole prompt (ubatch 512)
+    let plain = r.forward(&mut r.new_state(256), &b, false).unwrap().last().to_vec();
+    let d = plain.iter().zip(&hit.logits).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    if interval % 64 == 0 {
+        // segments at multiples of the delta rule's 64-token chunk, each ≥ 16 tokens:
+        // the same chunks as one pass, so bitwise
+        assert_eq!(d, 0.0, "{model} interval {interval}: vs one pass");
+    } else {
+        assert!(d < 1e-3, "{model} interval {interval}: vs one pass, max |Δ| {d}");
+    }
+}
+
+#[test]
+fn hit_equals_full_prefill() {
+    check_hit("tiny-f16.gguf", 32);
+    check_hit("ktiny-q4_k_m.gguf", 16);
+    check_hit("ktiny-q4_k_m.gguf", 64);
+}
+
+#[test]
+fn end_of_turn_snapshot_continues_a_conversation() {
+    let r = runner("tiny-f16.gguf", 2);
+    let v = r.model().n_vocab();
+    let turn1 = tokens(5, 40, v);
+    let mut c = cache(256, 64);
+    let mut st = r.new_state(256);
+    let p1 = c.prefill(&r, &mut st, &turn1).unwrap();
+    // the answer, then the end of the turn is snapshotted
+    let mut hist = turn1.clone();
+    let mut row = p1.logits.clone();
+    for _ in 0..5 {
+        let t = argmax(&row) as u32;
+        hist.push(t);
+        row = r.forward(&mut st, &[t], false).unwrap().last().to_vec();
+    }
+    assert!(c.insert_state(&hist, &st));
+    assert!(!c.insert_state(&hist, &st), "already held");
+    let mut turn2 = hist.clone();
+    turn2.extend(tokens(6, 12, v));
+    // continuing the live sequence with the new turn (what a chat does) …
+    let live = r.forward(&mut st, &turn2[hist.len()..], false).unwrap().last().to_vec();
+    // … equals a new request for the whole history through the cache
+    let mut st2 = r.new_state(256);
+    let hit = c.prefill(&r, &mut st2, &turn2).unwrap();
+    assert_eq!(hit.reused, hist.len());
+    assert!(hit.logits == live);
+    assert_eq!(c.stats.hits, 1);
+}
+
+#[test]
+fn lru_eviction_under_budget() {
+    let r = runner("tiny-f16.gguf", 2);
+    let v = r.model().n_vocab();
+    let mut st = r.new_state(256);
+    let one = {
+        let t = tokens(9, 20, v);
+        r.forward(&mut st, &t, false).unwrap();
+        st.snapshot().bytes() + 20 * 4
+    };
+    // room for three snapshots of 20 tokens
+    let mut c = PrefixCache::new(PrefixCacheConfig { budget_bytes: 3 * one + one / 2, interval: 0, snapshot_end: true });
+    let prompts: Vec<Vec<u32>> = (0..5).map(|i| tokens(10 + i, 20, v)).collect();
+    for p in &prompts[..3] {
+        c.prefill(&r, &mut st, p).unwrap();
+    }
+    assert_eq!(c.len(), 3);
+    // use the oldest: the second becomes the least recently used
+    let mut longer = prompts[0].clone();
+    longer.push(1);
+    assert_eq!(c.lookup(&longer).map(|(n, _)| n), Some(20));
+    c.prefill(&r, &mut st, &prompts[3]).unwrap();
+    assert_eq!(c.len(), 3);
+    assert!(c.bytes() <= c.config().budget_bytes);
+    assert!(c.contains(&prompts[0]) && !c.contains(&prompts[1]) && c.contains(&prompts[2]) && c.contains(&prompts[3]));
+    assert_eq!(c.stats.evicted, 1);
+    c.prefill(&r, &mut st, &prompts[4]).unwrap();
+    assert!(!c.contains(&prompts[2]), "LRU evicted next");
+    // a snapshot larger than the whole budget is not kept
+    let mut tiny = PrefixCache::new(PrefixCacheConfig { budget_bytes: one / 2, interval: 0, snapshot_end: true });
+    tiny.prefill(&r, &mut st, &prompts[0]).unwrap();
+    assert!(tiny.is_empty());
+}

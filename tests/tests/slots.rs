@@ -1,0 +1,233 @@
+//! Decode slots: K sequences stepped in one forward pass give, row for row, bitwise the
+//! logits each sequence gives alone (and so the same greedy tokens), whatever else shares
+//! the step: 1, 3 and 16 slots, different prompt lengths and positions, sequences joining
+//! and leaving at different steps. Also the matmul kernels' batch invariance on its own.
+
+use pn_engine::sampler::argmax;
+use pn_engine::{Runner, SeqState, SlotHandle, Slots};
+use pn_tests::*;
+
+/// Deterministic pseudo-random token ids below `vocab`.
+pub fn tokens(seed: u64, n: usize, vocab: usize) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..n)
+        .map(|_| {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((x >> 33) % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// A sequence decoded alone: the prefill's last logits, then one row per decode step,
+/// greedy.
+struct Alone {
+    rows: Vec<Vec<f32>>,
+    toks: Vec<u32>,
+}
+
+fn alone(r: &Runner, prompt: &[u32], steps: usize) -> Alone {
+    let mut st = r.new_state(256);
+    let mut row = r.forward(&mut st, prompt, false).unwrap().last().to_vec();
+    let (mut rows, mut toks) = (vec![row.clone()], vec![]);
+    for _ in 0..steps {
+        let t = argmax(&row) as u32;
+        toks.push(t);
+        row = r.forward(&mut st, &[t], false).unwrap().last().to_vec();
+        rows.push(row.clone());
+    }
+    Alone { rows, toks }
+}
+
+/// Sequence i: a prompt of its own length, joining at step `join[i]` and decoding
+/// `steps[i]` tokens; all go through one slot table of `n_slots`, stepped together.
+fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
+    let r = runner(model, 2);
+    let vocab = r.model().n_vocab();
+    let prompts: Vec<Vec<u32>> = (0..n_seq).map(|i| tokens(i as u64 + 7, 1 + (i * 5) % 13, vocab)).collect();
+    let steps: Vec<usize> = (0..n_seq).map(|i| 3 + (i * 3) % 7).collect();
+    let join: Vec<usize> = (0..n_seq).map(|i| if n_seq > 1 { i % 3 } else { 0 }).collect();
+    let want: Vec<Alone> = prompts.iter().zip(&steps).map(|(p, &s)| alone(&r, p, s)).collect();
+
+    let mut slots = Slots::new(n_slots);
+    // per sequence: handle, next token, rows seen, greedy tokens
+    let mut live: Vec<Option<(SlotHandle, u32, usize)>> = vec![None; n_seq];
+    let mut got_toks: Vec<Vec<u32>> = vec![vec![]; n_seq];
+    let mut done = vec![false; n_seq];
+    let mut step = 0;
+    while done.iter().any(|d| !d) {
+        for i in 0..n_seq {
+            if live[i].is_none() && !done[i] && join[i] <= step && slots.free_slot().is_some() {
+                let mut st = r.new_state(256);
+                let row = r.forward(&mut st, &prompts[i], false).unwrap().last().to_vec();
+                assert_eq!(row, want[i].rows[0], "seq {i}: prefill");
+                let t = argmax(&row) as u32;
+                got_toks[i].push(t);
+                live[i] = Some((slots.bind(st).unwrap(), t, 1));
+            }
+        }
+        let batch: Vec<(usize, SlotHandle, u32)> = (0..n_seq).filter_map(|i| live[i].map(|(h, t, _)| (i, h, t))).collect();
+        if !batch.is_empty() {
+            let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
+            let logits = slots.step(&r, &pairs).unwrap();
+            assert_eq!(logits.rows(), batch.len());
+            for (row_i, &(i, h, _)) in batch.iter().enumerate() {
+                let (_, _, seen) = live[i].unwrap();
+                let row = logits.row(row_i);
+                assert!(row == &want[i].rows[seen][..], "{model}, {n_slots} slots: seq {i} step {seen} differs from running alone (batch of {})", batch.len());
+                if seen == steps[i] {
+                    let st = slots.unbind(h).unwrap();
+                    assert_eq!(st.pos, prompts[i].len() + steps[i]);
+                    live[i] = None;
+                    done[i] = true;
+                } else {
+                    let t = argmax(row) as u32;
+                    got_toks[i].push(t);
+                    live[i] = Some((h, t, seen + 1));
+                }
+            }
+        }
+        step += 1;
+        assert!(step < 200, "scheduling did not finish");
+    }
+    for i in 0..n_seq {
+        assert_eq!(got_toks[i], want[i].toks, "seq {i}: greedy tokens");
+    }
+}
+
+#[test]
+fn one_slot_equals_alone() {
+    check_slots("tiny-f16.gguf", 1, 3);
+}
+
+#[test]
+fn three_slots_equal_alone() {
+    check_slots("tiny-f16.gguf", 3, 7);
+    check_slots("ktiny-q4_k_m.gguf", 3, 5);
+}
+
+#[test]
+fn sixteen_slots_equal_alone() {
+    check_slots("ktiny-q4_k_m.gguf", 16, 20);
+}
+
+#[test]
+fn sixteen_slots_default_model() {
+    let g = std::sync::Arc::new(pn_engine::Gguf::open(&fixture("../../models/default/pn-default-code-q4_k_m.gguf")).unwrap());
+    let m = pn_models::load(&g).unwrap();
+    let r = Runner::new(m, g, std::sync::Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
+    let vocab = r.model().n_vocab();
+    let prompts: Vec<Vec<u32>> = (0..16).map(|i| tokens(100 + i, 2 + i as usize % 6, vocab)).collect();
+    let want: Vec<Alone> = prompts.iter().map(|p| alone(&r, p, 3)).collect();
+    let mut slots = Slots::new(16);
+    let mut cur: Vec<(SlotHandle, u32)> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mut st = r.new_state(64);
+            r.forward(&mut st, p, false).unwrap();
+            (slots.bind(st).unwrap(), want[i].toks[0])
+        })
+        .collect();
+    for s in 1..=3 {
+        let l = slots.step(&r, &cur).unwrap();
+        for (i, c) in cur.iter_mut().enumerate() {
+            assert!(l.row(i) == &want[i].rows[s][..], "default model: seq {i} step {s}");
+            c.1 = argmax(l.row(i)) as u32;
+        }
+    }
+}
+
+/// A multi-token batch of several sequences (forward_multi) equals each alone, too.
+#[test]
+fn forward_multi_rows_equal_alone() {
+    let r = runner("ktiny-q4_k_m.gguf", 2);
+    let v = r.model().n_vocab();
+    let (a, b) = (tokens(1, 9, v), tokens(2, 4, v));
+    let mut s1 = r.new_state(64);
+    let mut s2 = r.new_state(64);
+    let l = r.forward_multi(&mut [(&mut s1, &a[..]), (&mut s2, &b[..])]).unwrap();
+    let ra = r.forward(&mut r.new_state(64), &a, true).unwrap();
+    let rb = r.forward(&mut r.new_state(64), &b, true).unwrap();
+    assert_eq!(l.rows(), 13);
+    assert_eq!(&l.data[..ra.data.len()], &ra.data[..]);
+    assert_eq!(&l.data[ra.data.len()..], &rb.data[..]);
+    assert_eq!((s1.pos, s2.pos), (9, 4));
+}
+
+fn view<'a>(g: &'a pn_engine::Gguf, name: &str) -> pn_ops::WeightView<'a> {
+    let info = g.tensors.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("{name}"));
+    pn_ops::WeightView {
+        name: &info.name,
+        ty: info.ty,
+        shape: pn_ops::Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]),
+        bytes: g.tensor_bytes(info),
+    }
+}
+
+fn act(seed: u64, k: usize, t: usize) -> pn_ops::Tensor {
+    let x: Vec<f32> = tokens(seed, k * t, 2001).into_iter().map(|v| v as f32 / 1000.0 - 1.0).collect();
+    pn_ops::Tensor::f32(pn_ops::Shape::d2(k, t), x)
+}
+
+/// The kernels in isolation (CPU backend): the result for one token is bitwise the same
+/// alone and at every place in batches of 2..=20 — MatMul for every weight type of the
+/// fixtures, and MoeExperts (tokens grouped by expert across the batch).
+#[test]
+fn kernels_are_batch_invariant() {
+    use pn_engine::Backend;
+    use pn_ops::{Op, TensorMeta, Value};
+    let be = pn_cpu::CpuBackend::new(2);
+    for model in ["ktiny-q4_k_m.gguf", "tiny-f16.gguf", "tiny-q8_0.gguf"] {
+        let g = pn_engine::Gguf::open(&fixture(model)).unwrap();
+        let mats: Vec<String> = g.tensors.iter().filter(|t| t.ne[1] > 1 && t.ne[2] == 1 && t.name.starts_with("blk.0.")).map(|t| t.name.clone()).collect();
+        for name in &mats {
+            let w = view(&g, name);
+            let (k, n) = (w.shape.0[0], w.shape.0[1]);
+            let mm = |x: &pn_ops::Tensor| {
+                let t = x.shape.0[1];
+                be.execute(&Op::MatMul, &[Value::Weight(w), Value::Act(x)], &TensorMeta::f32(pn_ops::Shape::d2(n, t)), None).unwrap()
+            };
+            for t in [2, 5, 16, 20] {
+                let x = act(t as u64, k, t);
+                let y = mm(&x);
+                for j in [0, t / 2, t - 1] {
+                    let xj = pn_ops::Tensor::f32(pn_ops::Shape::d2(k, 1), x.as_f32()[j * k..(j + 1) * k].to_vec());
+                    assert!(mm(&xj).as_f32() == &y.as_f32()[j * n..(j + 1) * n], "{model} {name}: token {j} of {t}");
+                }
+            }
+        }
+        let Some(gate) = g.tensors.iter().find(|t| t.name == "blk.0.ffn_gate_exps.weight") else { continue };
+        let (kd, e) = (gate.ne[0] as usize, gate.ne[2] as usize);
+        let ws = [view(&g, "blk.0.ffn_gate_exps.weight"), view(&g, "blk.0.ffn_up_exps.weight"), view(&g, "blk.0.ffn_down_exps.weight")];
+        let top = 2.min(e);
+        let moe = |x: &pn_ops::Tensor, ids: &pn_ops::Tensor, wt: &pn_ops::Tensor| {
+            let ins = [Value::Act(x), Value::Act(ids), Value::Act(wt), Value::Weight(ws[0]), Value::Weight(ws[1]), Value::Weight(ws[2])];
+            be.execute(&Op::MoeExperts { merged_gate_up: false }, &ins, &TensorMeta::f32(x.shape), None).unwrap()
+        };
+        for t in [2, 7, 20] {
+            let x = act(50 + t as u64, kd, t);
+            let ids: Vec<i32> = (0..t).flat_map(|j| [(j % e) as i32, ((j * 7 + 1) % e) as i32]).take(top * t).collect();
+            let ids: Vec<i32> = ids.chunks(top).flat_map(|c| if top == 2 && c[0] == c[1] { vec![c[0], (c[0] + 1) % e as i32] } else { c.to_vec() }).collect();
+            let wt: Vec<f32> = (0..top * t).map(|i| 0.25 + (i % 3) as f32 * 0.2).collect();
+            let y = moe(&x, &pn_ops::Tensor::i32(pn_ops::Shape::d2(top, t), ids.clone()), &pn_ops::Tensor::f32(pn_ops::Shape::d2(top, t), wt.clone()));
+            for j in 0..t {
+                let xj = pn_ops::Tensor::f32(pn_ops::Shape::d2(kd, 1), x.as_f32()[j * kd..(j + 1) * kd].to_vec());
+                let idj = pn_ops::Tensor::i32(pn_ops::Shape::d2(top, 1), ids[j * top..(j + 1) * top].to_vec());
+                let wj = pn_ops::Tensor::f32(pn_ops::Shape::d2(top, 1), wt[j * top..(j + 1) * top].to_vec());
+                assert!(moe(&xj, &idj, &wj).as_f32() == &y.as_f32()[j * kd..(j + 1) * kd], "{model} MoE: token {j} of {t}");
+            }
+        }
+    }
+}
+
+#[test]
+fn states_round_trip_through_slots() {
+    let r = runner("tiny-f16.gguf", 2);
+    let mut slots = Slots::new(2);
+    let mut st: SeqState = r.new_state(32);
+    r.forward(&mut st, &[1, 2, 3], false).unwrap();
+    let copy = st.clone();
+    let h = slots.bind(st).unwrap();
+    assert_eq!(slots.state(h).unwrap(), &copy);
+    assert_eq!(slots.unbind(h).unwrap(), copy);
+}
