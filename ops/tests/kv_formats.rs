@@ -18,6 +18,7 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn attn(h: usize, hkv: usize, d: usize, q: &[f32], k: &[f32], v: &[f32], pos: &[i32], st: &mut LayerState) -> Vec<f32> {
     let t = pos.len();
     let (q, k, v) = (Tensor::f32(Shape::d3(d, h, t), q.to_vec()), Tensor::f32(Shape::d3(d, hkv, t), k.to_vec()), Tensor::f32(Shape::d3(d, hkv, t), v.to_vec()));

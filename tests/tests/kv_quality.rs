@@ -172,9 +172,7 @@ fn kv_quality_attention() {
             x.iter_mut().for_each(|e| *e = gauss());
             rot(x, amp);
             x[16] = if t == 0 { sink } else { 0.0 };
-            for c in 17..21 {
-                x[c] *= 5.0;
-            }
+            x[17..21].iter_mut().for_each(|e| *e *= 5.0);
             v[(t * hkv + g) * d..][..d].iter_mut().for_each(|e| *e = gauss());
         }
     }

@@ -34,9 +34,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let v = n_vocab - 8;
     // the same token stream as llama_bench.py
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % v) as u32).collect();
+    let state_cfg = load::state_config(&a.opts, Some(a.prompt_len + a.gen + 16), None)?;
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
     for _ in 0..a.reps {
-        let mut st = l.runner.new_state(a.prompt_len + a.gen + 8);
+        let mut st = load::alloc_state(&l, &state_cfg)?;
         let t0 = Instant::now();
         l.runner.forward(&mut st, &prompt, false)?;
         let t1 = Instant::now();
@@ -55,6 +56,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "engine": "pantheon",
             "model": l.name,
             "threads": a.opts.threads,
+            "kv_type": state_cfg.kv.to_string(),
             "prompt_len": a.prompt_len,
             "gen": a.gen,
             "pp_tok_s": round2(best_pp),

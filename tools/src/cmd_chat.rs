@@ -37,9 +37,9 @@ pub struct ChatArgs {
     repeat_penalty: f32,
     #[arg(long)]
     seed: Option<u64>,
-    /// Context size in tokens
-    #[arg(long, default_value_t = 4096)]
-    max_seq: usize,
+    /// Context size in tokens (default 4096, or PN_MAX_SEQ)
+    #[arg(long)]
+    max_seq: Option<usize>,
 }
 
 pub fn run(a: ChatArgs) -> Result<()> {
@@ -58,14 +58,15 @@ pub fn run(a: ChatArgs) -> Result<()> {
         seed: a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let max_seq = a.max_seq.clamp(16, 262_144);
+    let state_cfg = load::state_config(&a.opts, a.max_seq, None)?;
+    let max_seq = state_cfg.max_seq;
     let stop = Arc::new(AtomicBool::new(false));
     {
         let stop = stop.clone();
         ctrlc::set_handler(move || stop.store(true, Ordering::SeqCst))?;
     }
     let mut sampler = Sampler::new(cfg);
-    let mut conv = Conversation::new(a.system.as_deref(), l.runner.new_state(max_seq));
+    let mut conv = Conversation::new(a.system.as_deref(), load::alloc_state(&l, &state_cfg)?);
     eprintln!("{}: chat (Ctrl-C stops an answer, Ctrl-D quits, /reset starts over)", l.name);
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -82,7 +83,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             continue;
         }
         if line.trim() == "/reset" {
-            conv = Conversation::new(a.system.as_deref(), l.runner.new_state(max_seq));
+            conv = Conversation::new(a.system.as_deref(), load::alloc_state(&l, &state_cfg)?);
             eprintln!("(conversation cleared)");
             continue;
         }

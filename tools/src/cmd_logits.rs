@@ -45,7 +45,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         }
         (None, None) => bail!("expected --tokens or --prompt"),
     };
-    let mut st = l.runner.new_state(tokens.len().max(16));
+    // f32 KV unless asked otherwise: the oracle's default (llama_oracle.py --kv-type f32)
+    let state_cfg = load::state_config(&a.opts, Some(tokens.len().max(16)), Some(pn_ops::KvType::F32))?;
+    let mut st = load::alloc_state(&l, &state_cfg)?;
     let mut rec = a.dump.recorder()?;
     let logits = match rec.as_mut() {
         Some(r) => l.runner.forward_observed(&mut st, &tokens, !a.last, Some(&mut |n, t| r.record(n, t)))?,
@@ -56,7 +58,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     let json = serde_json::json!({
         "model": l.name,
         "tokens": tokens,
-        "kv_type": "f32",
+        "kv_type": state_cfg.kv.to_string(),
         "ubatch": a.opts.ubatch,
         "logits": rows,
         "argmax": rows.iter().map(|r| argmax(r)).collect::<Vec<_>>(),

@@ -4,7 +4,6 @@ use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
 use pn_engine::sampler::{Sampler, SamplerConfig};
-use pn_engine::state::kv;
 use pn_engine::tensor_dump::TensorRecorder;
 use pn_engine::tokenizer::StreamDecoder;
 use std::io::Write;
@@ -85,15 +84,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         seed,
     };
     cfg.validate().map_err(anyhow::Error::msg)?;
-    let (max_seq, clamped) = kv::resolve_max_seq(a.max_seq)?;
-    if let Some(w) = clamped {
-        eprintln!("{w}");
-    }
-    let kv_cfg = kv::StateConfig {
-        max_seq,
-        kv: kv::resolve_kv_type(a.opts.kv_type.as_deref())?,
-        overflow: kv::resolve_overflow(a.opts.context_overflow.as_deref())?,
-    };
+    let kv_cfg = load::state_config(&a.opts, a.max_seq, None)?;
+    let max_seq = kv_cfg.max_seq;
     let ring = kv_cfg.overflow == pn_ops::Overflow::Ring;
     let mut ids = Vec::new();
     if tok.add_bos() {
@@ -111,10 +103,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("warning: generating {n_gen} tokens, not {}: the context holds {max_seq}", a.n);
     }
 
-    let (mut st, notes) = l.runner.alloc_state(&kv_cfg)?;
-    for n in notes {
-        eprintln!("{n}");
-    }
+    let mut st = load::alloc_state(&l, &kv_cfg)?;
     let mut sampler = Sampler::new(cfg);
     sampler.observe(&ids);
     let mut out = std::io::stdout().lock();

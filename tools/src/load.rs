@@ -4,6 +4,7 @@ use anyhow::{bail, Context, Result};
 use pn_cpu::CpuBackend;
 use pn_engine::planner::{DeviceKind, Placement, PlacementError};
 use pn_engine::runner::Die;
+use pn_engine::state::kv;
 use pn_engine::tokenizer::Tokenizer;
 use pn_engine::{Gguf, Runner};
 use std::path::Path;
@@ -135,4 +136,28 @@ pub fn parse_tokens(s: &str) -> Result<Vec<u32>> {
         bail!("--tokens: expected at least one token id, found none");
     }
     Ok(ids)
+}
+
+/// The sequence-state configuration from the flags and environment: `--max-seq`
+/// (`PN_MAX_SEQ`, clamped with a warning), `--kv-type` (`PN_KV_TYPE`; `kv_default` when
+/// neither is given, else the engine default q4_0), `--context-overflow`.
+pub fn state_config(o: &ModelOpts, max_seq: Option<usize>, kv_default: Option<pn_ops::KvType>) -> Result<kv::StateConfig> {
+    let (max_seq, clamped) = kv::resolve_max_seq(max_seq)?;
+    if let Some(w) = clamped {
+        eprintln!("{w}");
+    }
+    let kv_type = match (o.kv_type.as_deref(), kv_default) {
+        (None, Some(d)) if std::env::var_os("PN_KV_TYPE").is_none() && std::env::var_os("QWEN35_KV_Q4").is_none() => d,
+        (flag, _) => kv::resolve_kv_type(flag)?,
+    };
+    Ok(kv::StateConfig { max_seq, kv: kv_type, overflow: kv::resolve_overflow(o.context_overflow.as_deref())? })
+}
+
+/// A fresh sequence state through the memory ladder, printing its notes.
+pub fn alloc_state(l: &Loaded, cfg: &kv::StateConfig) -> Result<pn_engine::SeqState> {
+    let (st, notes) = l.runner.alloc_state(cfg)?;
+    for n in notes {
+        eprintln!("{n}");
+    }
+    Ok(st)
 }

@@ -1,6 +1,7 @@
 //! `pn`: the Pantheon command line.
 #![forbid(unsafe_code)]
 
+mod cmd_batch;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_diff;
@@ -34,6 +35,8 @@ enum Cmd {
     Info(cmd_info::InfoArgs),
     /// Tokenize text with the model's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
+    /// Run many prompts through the decode slots (continuous batching): one JSON line per prompt.
+    Batch(cmd_batch::BatchArgs),
     /// Prefill and decode tokens/s as one JSON line (like the oracle's llama_bench.py).
     Bench(cmd_bench::BenchArgs),
     /// Print the model's graph (text, Graphviz DOT or JSON).
@@ -50,6 +53,7 @@ fn main() -> ExitCode {
         Cmd::Info(a) => cmd_info::run(a),
         Cmd::Tokenize(a) => cmd_tokenize::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Batch(a) => cmd_batch::run(a),
         Cmd::Chat(a) => cmd_chat::run(a),
         Cmd::Dump(a) => cmd_dump::run(a),
         Cmd::Diff(a) => cmd_diff::run(a),

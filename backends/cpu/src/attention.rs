@@ -51,6 +51,7 @@ fn dot1(q: &[f32], k: &[f32], scale: f32) -> f32 {
 }
 
 /// Scores of positions lo..lo+s.len() for a query at `p` on KV head `g`.
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
 fn scores(kv: &KvCache, g: usize, q: &[f32], lo: usize, p: usize, scale: f32, s: &mut [f32], cells: &mut Vec<f32>) {
     let (d, n) = (q.len(), s.len());
     if kv.ty == KvType::F32 && !kv.ring && kv.shadow.sink == 0 && kv.shadow.window == 0 {

@@ -1,0 +1,96 @@
+//! `pn batch`: one JSON line per prompt in input order, each completion equal to
+//! `pn run --greedy` for that prompt alone (continuous batching over fewer slots than
+//! prompts, sync and async steps, prefix-cache hits).
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+fn tmp(name: &str, text: &str) -> String {
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("batch");
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+fn pn(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pn"));
+    c.args(args).stdin(Stdio::null());
+    for v in ["PN_DIE_A", "PN_DIE_B", "PN_SPLIT_LAYER", "PN_ASYNC", "QWEN35_ASYNC_SCHED", "PN_PREFIX_INTERVAL", "PN_PREFIX_CACHE_MB", "PN_MAX_SLOTS"] {
+        c.env_remove(v);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().expect("pn runs");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `pn run --greedy` for one prompt: the completion (stdout minus the echoed prompt and
+/// the final newline).
+fn run_alone(prompt: &str, n: &str) -> String {
+    let (code, out, err) = pn(&["run", "-p", prompt, "-n", n, "--greedy"], &[]);
+    assert_eq!(code, 0, "{err}");
+    out.strip_prefix(prompt).unwrap().strip_suffix('\n').unwrap().to_string()
+}
+
+fn batch_lines(file: &str, n: &str, slots: &str, env: &[(&str, &str)]) -> (Vec<serde_json::Value>, String) {
+    let (code, out, err) = pn(&["batch", "--prompts-file", file, "-n", n, "--slots", slots, "--greedy"], env);
+    assert_eq!(code, 0, "{err}");
+    (out.lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect(), err)
+}
+
+const PROMPTS: [&str; 6] = ["def fibonacci(n):", "class Stack:", "import os", "def add(a, b):", "    return", "for i in range(10):"];
+
+#[test]
+fn batch_equals_run_per_prompt_in_input_order() {
+    let file = tmp("prompts.txt", &(PROMPTS.join("\n") + "\n\n"));
+    let want: Vec<String> = PROMPTS.iter().map(|p| run_alone(p, "10")).collect();
+    for (slots, env) in [("3", vec![]), ("16", vec![]), ("2", vec![("PN_ASYNC", "0")]), ("1", vec![("QWEN35_ASYNC_SCHED", "0")])] {
+        let (lines, err) = batch_lines(&file, "10", slots, &env);
+        assert_eq!(lines.len(), PROMPTS.len(), "one line per prompt");
+        for (i, l) in lines.iter().enumerate() {
+            assert_eq!(l["index"], i, "input order");
+            assert_eq!(l["prompt"], PROMPTS[i]);
+            assert_eq!(l["completion"].as_str().unwrap(), want[i], "prompt {i} with {slots} slots {env:?}");
+            assert!(l["tokens"].as_u64().unwrap() <= 10);
+        }
+        assert!(err.contains("tok/s aggregate"), "{err}");
+        let mode = if env.is_empty() { "async" } else { "sync" };
+        assert!(err.contains(&format!("{slots} slots ({mode})")), "{err}");
+    }
+}
+
+#[test]
+fn batch_prefix_cache_hits_equal_run() {
+    // a shared head of > 128 tokens: with a 64-token interval, later prompts restore it
+    let head = "# ".to_string() + &"compute the value of the item in the list and return it ".repeat(12);
+    let prompts: Vec<String> = ["def f(x):", "class A:", "x = 1"].iter().map(|t| format!("{head}{t}")).collect();
+    let file = tmp("shared.txt", &prompts.join("\n"));
+    let env = [("PN_PREFIX_INTERVAL", "64")];
+    let (lines, err) = batch_lines(&file, "6", "1", &env);
+    let cached: Vec<u64> = lines.iter().map(|l| l["cached_tokens"].as_u64().unwrap()).collect();
+    assert_eq!(cached[0], 0);
+    assert!(cached[1] >= 128 && cached[2] >= 128, "{cached:?} {err}");
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["completion"].as_str().unwrap(), run_alone(&prompts[i], "6"), "prompt {i} after a cache hit");
+    }
+    let (off, _) = batch_lines(&file, "6", "1", &[("PN_PREFIX_CACHE_MB", "0")]);
+    assert!(off.iter().all(|l| l["cached_tokens"] == 0));
+}
+
+#[test]
+fn batch_bad_input_is_an_error() {
+    let empty = tmp("empty.txt", "\n\n");
+    let (code, _, err) = pn(&["batch", "--prompts-file", &empty, "-n", "4"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("expected at least one prompt"), "{err}");
+    let (code, _, err) = pn(&["batch", "--prompts-file", "/nonexistent/p.txt", "-n", "4"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("cannot read"), "{err}");
+    let one = tmp("one.txt", "x = 1\n");
+    let (code, _, err) = pn(&["batch", "--prompts-file", &one, "-n", "4", "--slots", "0"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--slots"), "{err}");
+    assert!(!err.contains("panicked"));
+}
