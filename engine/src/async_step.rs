@@ -1,8 +1,9 @@
 //! Async decode steps: [`Slots::step_begin`] launches a step and returns at once,
 //! [`Slots::step_poll`] reaps it (logits out, positions advanced).
 //!
-//! On the CPU backend the step runs on a worker thread (one per step; the kernels still
-//! use the backend's own thread pool), so the caller can tokenize, sample, detokenize or
+//! On the CPU backend the step runs on a worker thread (one per slot table, started by
+//! the first async step and kept, so its thread-local scratch stays warm; the kernels
+//! still use the backend's own thread pool), so the caller can tokenize, sample, detokenize or
 //! prefill the next request meanwhile. The slots in the step are busy until it is reaped:
 //! using one is [`SlotError::Busy`]; the others can be bound, unbound or stepped.
 //! `PN_ASYNC=0` (or `QWEN35_ASYNC_SCHED=0`) disables it: the step then runs synchronously
@@ -12,7 +13,7 @@
 use crate::runner::{Logits, RunError, Runner};
 use crate::slots::{run_step, SlotError, SlotHandle, Slots};
 use crate::state::SeqState;
-use std::sync::mpsc::{channel, Receiver, TryRecvError};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 /// How a step was launched.
@@ -27,9 +28,33 @@ pub enum Launch {
 
 type Done = (Vec<SeqState>, Result<Logits, RunError>);
 
+type Job = (Arc<Runner>, Vec<SeqState>, Vec<(SlotHandle, u32)>);
+
 enum Pending {
-    Running(Receiver<Done>),
+    Running,
     Ready(Done),
+}
+
+/// The step thread of a slot table: jobs in, results out; it ends when the table drops.
+pub(crate) struct Worker {
+    jobs: Sender<Job>,
+    done: Receiver<Done>,
+}
+
+impl Worker {
+    fn start() -> std::io::Result<Worker> {
+        let (jobs, job_rx) = channel::<Job>();
+        let (done_tx, done) = channel();
+        std::thread::Builder::new().name("pn-step".into()).spawn(move || {
+            for (r, mut states, batch) in job_rx {
+                let res = run_step(&r, &mut states, &batch);
+                if done_tx.send((states, res)).is_err() {
+                    break;
+                }
+            }
+        })?;
+        Ok(Worker { jobs, done })
+    }
 }
 
 pub(crate) struct InFlight {
@@ -67,23 +92,24 @@ impl Slots {
             self.slots[i].busy = true;
         }
         let (pending, launch) = if asynchronous {
-            let (tx, rx) = channel();
-            let (r, b) = (runner.clone(), batch.to_vec());
-            let spawned = std::thread::Builder::new().name("pn-step".into()).spawn(move || {
-                let res = run_step(&r, &mut states, &b);
-                let _ = tx.send((states, res));
-            });
-            match spawned {
-                Ok(_) => (Pending::Running(rx), Launch::Async),
-                Err(e) => {
-                    // the states went with the closure that failed to spawn: unrecoverable here
-                    for &i in &idx {
-                        self.slots[i].busy = false;
-                        self.slots[i].binding = 0;
+            if self.worker.is_none() {
+                match Worker::start() {
+                    Ok(w) => self.worker = Some(w),
+                    Err(e) => {
+                        self.put_back(&idx, states);
+                        return Err(SlotError::Worker(format!("cannot start the step thread: {e}")));
                     }
-                    return Err(SlotError::Worker(format!("cannot start the step thread: {e} (the slots in the step were lost)")));
                 }
             }
+            let w = self.worker.as_ref().expect("started above");
+            if let Err(e) = w.jobs.send((runner.clone(), states, batch.to_vec())) {
+                // the worker is gone (it panicked earlier): the states went with the job
+                let (_, states, _) = e.0;
+                self.worker = None;
+                self.put_back(&idx, states);
+                return Err(SlotError::Worker("the step thread ended: try again".into()));
+            }
+            (Pending::Running, Launch::Async)
         } else {
             let res = run_step(runner, &mut states, batch);
             (Pending::Ready((states, res)), Launch::Sync)
@@ -104,7 +130,7 @@ impl Slots {
         let Some(f) = self.inflight.as_mut() else { return Some(Err(SlotError::NothingInFlight)) };
         let done = match &mut f.pending {
             Pending::Ready(_) => None,
-            Pending::Running(rx) => match rx.try_recv() {
+            Pending::Running => match self.worker.as_ref().expect("a running step has a worker").done.try_recv() {
                 Ok(d) => Some(d),
                 Err(TryRecvError::Empty) => return None,
                 Err(TryRecvError::Disconnected) => return Some(Err(self.lost())),
@@ -114,7 +140,7 @@ impl Slots {
         let (states, res) = match (done, f.pending) {
             (Some(d), _) => d,
             (None, Pending::Ready(d)) => d,
-            (None, Pending::Running(_)) => unreachable!("handled above"),
+            (None, Pending::Running) => unreachable!("handled above"),
         };
         self.put_back(&f.idx, states);
         Some(res.map_err(SlotError::from))
@@ -123,8 +149,8 @@ impl Slots {
     /// Block until the step in flight is done and reap it.
     pub fn step_wait(&mut self) -> Result<Logits, SlotError> {
         let Some(f) = self.inflight.as_mut() else { return Err(SlotError::NothingInFlight) };
-        if let Pending::Running(rx) = &f.pending {
-            match rx.recv() {
+        if let Pending::Running = f.pending {
+            match self.worker.as_ref().expect("a running step has a worker").done.recv() {
                 Ok(d) => f.pending = Pending::Ready(d),
                 Err(_) => return Err(self.lost()),
             }
@@ -134,6 +160,7 @@ impl Slots {
 
     /// The worker died (a panic in a kernel): its slots are freed.
     fn lost(&mut self) -> SlotError {
+        self.worker = None;
         let f = self.inflight.take().expect("a step was in flight");
         for &i in &f.idx {
             self.slots[i].busy = false;

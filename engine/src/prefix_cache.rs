@@ -8,12 +8,16 @@
 //! prompt with `snapshot_end`). Entries are evicted least-recently-used first to stay
 //! under a byte budget.
 //!
-//! Exactness: [`PrefixCache::prefill`] evaluates a prompt in segments that end at the
-//! absolute multiples of `interval` (then `ubatch` splits inside a segment). A hit at an
-//! interval boundary therefore evaluates the rest in exactly the passes a cold prefill
-//! uses, and its logits are bitwise those of the full prefill. A hit at an end-of-turn
-//! snapshot (not on a boundary) matches a prefill split at that point bitwise, and a
-//! one-pass prefill to within float reassociation (the chunked delta rule, 1e-4).
+//! Exactness: [`PrefixCache::prefill`] evaluates a prompt in passes cut at the absolute
+//! multiples of `interval` (and of the runner's `ubatch`), except that a cut leaving a
+//! last pass shorter than [`MIN_TAIL`] tokens is skipped (unless `ubatch` cuts there
+//! anyway). A hit is only taken at a cut this prompt's own prefill would make, so the
+//! rest is evaluated in exactly the passes of a cold prefill: the logits are bitwise
+//! those of the full prefill. With `interval` a multiple of 64 (the delta rule's chunk)
+//! dividing `ubatch` (or a multiple of it), the passes also compute exactly what one
+//! `Runner::forward` of the whole prompt computes (`pn run`), bitwise. A hit at an
+//! end-of-turn snapshot (not on an interval boundary) equals a prefill split at that
+//! point bitwise, and a one-pass prefill to within float reassociation (1e-4).
 
 use crate::runner::{RunError, Runner};
 use crate::state::{SeqState, StateSnapshot};
@@ -21,6 +25,10 @@ use std::sync::Arc;
 
 /// Default snapshot interval in tokens (a multiple of the delta rule's 64-token chunk).
 pub const DEFAULT_INTERVAL: usize = 256;
+/// Shortest last pass a boundary cut may leave: the CPU delta rule switches between its
+/// recurrent form (below) and chunked form (from) at 16 tokens (pn-cpu `CHUNKED_FROM_T`),
+/// which agree only to float reassociation.
+pub const MIN_TAIL: usize = 16;
 /// Default byte budget (`PN_PREFIX_CACHE_MB`).
 pub const DEFAULT_BUDGET_MB: usize = 512;
 
@@ -127,10 +135,14 @@ impl PrefixCache {
     /// The longest cached proper prefix of `tokens` (at least one token is left to
     /// evaluate): its length and snapshot. Marks the entry used.
     pub fn lookup(&mut self, tokens: &[u32]) -> Option<(usize, Arc<StateSnapshot>)> {
+        self.lookup_where(tokens, |_| true)
+    }
+
+    fn lookup_where(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>)> {
         let best = self
             .entries
             .iter_mut()
-            .filter(|e| e.tokens.len() < tokens.len() && tokens.starts_with(&e.tokens))
+            .filter(|e| e.tokens.len() < tokens.len() && ok(e.tokens.len()) && tokens.starts_with(&e.tokens))
             .max_by_key(|e| e.tokens.len())?;
         self.tick += 1;
         best.last_use = self.tick;
@@ -184,8 +196,13 @@ impl PrefixCache {
             return Err(RunError::Empty);
         }
         let on = self.cfg.budget_bytes > 0;
+        let (iv, ub, end) = (self.cfg.interval, runner.ubatch.max(1), tokens.len());
+        // whether this prompt's prefill cuts a pass at position b (0 < b < end)
+        let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
+        let cut = |b: usize| b.is_multiple_of(ub) || (on_iv(b) && end - b >= MIN_TAIL);
         let mut p = 0;
-        if let Some((n, snap)) = on.then(|| self.lookup(tokens)).flatten() {
+        let hit = on.then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
+        if let Some((n, snap)) = hit {
             if st.restore(&snap).is_ok() {
                 p = n;
             }
@@ -198,17 +215,15 @@ impl PrefixCache {
             self.stats.reused_tokens += p as u64;
         }
         let reused = p;
-        let iv = self.cfg.interval;
         let mut logits = Vec::new();
-        while p < tokens.len() {
-            let end = if iv == 0 { tokens.len() } else { ((p / iv + 1) * iv).min(tokens.len()) };
-            let l = runner.forward(st, &tokens[p..end], false)?;
-            p = end;
-            if p == tokens.len() {
+        while p < end {
+            let next = (p + 1..end).find(|&b| cut(b)).unwrap_or(end);
+            let l = runner.forward(st, &tokens[p..next], false)?;
+            p = next;
+            if p == end {
                 logits = l.last().to_vec();
             }
-            let boundary = iv > 0 && p % iv == 0;
-            if on && (boundary || (p == tokens.len() && self.cfg.snapshot_end)) {
+            if on && (on_iv(p) || (p == end && self.cfg.snapshot_end)) {
                 self.insert_state(&tokens[..p], st);
             }
         }

@@ -88,6 +88,7 @@ pub struct Slots {
     generation: u32,
     next_binding: u64,
     pub(crate) inflight: Option<crate::async_step::InFlight>,
+    pub(crate) worker: Option<crate::async_step::Worker>,
 }
 
 fn new_table(n: usize) -> Vec<Slot> {
@@ -98,7 +99,7 @@ impl Slots {
     /// `n` free slots (1..=MAX_SLOTS).
     pub fn new(n: usize) -> Slots {
         let n = n.clamp(1, MAX_SLOTS);
-        Slots { slots: new_table(n), generation: 1, next_binding: 1, inflight: None }
+        Slots { slots: new_table(n), generation: 1, next_binding: 1, inflight: None, worker: None }
     }
     pub fn n_slots(&self) -> usize {
         self.slots.len()

@@ -58,11 +58,11 @@ pub fn dies(p: &Placement, threads: usize) -> Result<Vec<Die>> {
         .into_iter()
         .map(|device| match device.kind {
             DeviceKind::Cpu => Ok(Die { device, backend: Arc::new(CpuBackend::new(threads)) as Arc<dyn pn_engine::Backend> }),
-            DeviceKind::Cuda => Err(PlacementError::NotAvailable {
-                device: device.to_string(),
-                reason: "this build has no CUDA backend (expected cpu:N)".into(),
-            }
-            .into()),
+            // CUDA is loaded at run time: a machine without a driver or device gets a clear error
+            DeviceKind::Cuda => match pn_cuda::CudaBackend::new(device.index) {
+                Ok(b) => Ok(Die { device, backend: Arc::new(b) as Arc<dyn pn_engine::Backend> }),
+                Err(e) => Err(PlacementError::NotAvailable { device: device.to_string(), reason: e.to_string() }.into()),
+            },
         })
         .collect()
 }

@@ -1,0 +1,231 @@
+//! The device: context, stream, loaded kernels, buffers, and the weight cache.
+
+use crate::formats::{self, Residency};
+use crate::kernels::{self, MODULES};
+use crate::CudaError;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
+    ValidAsZeroBits,
+};
+use pn_ops::{GgmlType, WeightView};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// A weight resident on the device: raw GGUF blocks (or the f16 fallback).
+pub struct DevWeight {
+    pub buf: CudaSlice<u8>,
+    /// The format of `buf` (the GGUF type, or F16 for dequantized-on-upload types).
+    pub ty: GgmlType,
+    pub row_bytes: usize,
+}
+
+/// Weights are keyed by the address and length of their bytes (the GGUF mapping lives
+/// as long as the model, so a key always names the same tensor), plus the form stored.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    ptr: usize,
+    len: usize,
+    as_f32: bool,
+}
+
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub arch: String,
+    pub name: String,
+    funcs: HashMap<&'static str, CudaFunction>,
+    weights: Mutex<HashMap<Key, Arc<DevWeight>>>,
+}
+
+/// Whether the CUDA driver library can be loaded (never panics).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the candidate library names; no symbol is called.
+    std::panic::catch_unwind(|| unsafe { cudarc::driver::sys::is_culib_present() }).unwrap_or(false)
+}
+
+impl Device {
+    pub fn new(index: usize) -> Result<Device, CudaError> {
+        if !driver_present() {
+            return Err(CudaError::NoDevice(
+                "libcuda could not be loaded (no NVIDIA driver on this machine)".into(),
+            ));
+        }
+        let count = CudaContext::device_count()
+            .map_err(|e| CudaError::NoDevice(format!("cuInit / cuDeviceGetCount failed: {e:?}")))?;
+        if index >= count.max(0) as usize {
+            return Err(CudaError::NoDevice(format!(
+                "device {index} requested, {count} present"
+            )));
+        }
+        let ctx = CudaContext::new(index)
+            .map_err(|e| CudaError::NoDevice(format!("device {index}: {e:?}")))?;
+        let (major, minor) = ctx.compute_capability().map_err(drv)?;
+        let arch = format!("sm_{major}{minor}");
+        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
+        let stream = ctx.default_stream();
+        let mut funcs = HashMap::new();
+        for m in MODULES {
+            let cubin = kernels::cubin(m, &arch)?;
+            let module = ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin))
+                .map_err(|e| CudaError::Driver(format!("loading {} for {arch}: {e:?}", m.file)))?;
+            for &e in m.entries {
+                let f = module
+                    .load_function(e)
+                    .map_err(|err| CudaError::Driver(format!("{}: kernel {e}: {err:?}", m.file)))?;
+                funcs.insert(e, f);
+            }
+        }
+        Ok(Device {
+            ctx,
+            stream,
+            arch,
+            name,
+            funcs,
+            weights: Mutex::new(HashMap::new()),
+        })
+    }
+
+    pub fn func(&self, name: &str) -> Result<&CudaFunction, CudaError> {
+        self.funcs
+            .get(name)
+            .ok_or_else(|| CudaError::Driver(format!("kernel {name} not loaded")))
+    }
+
+    pub fn upload<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        data: &[T],
+    ) -> Result<CudaSlice<T>, CudaError> {
+        if data.is_empty() {
+            return self.alloc::<T>(0);
+        }
+        self.stream.clone_htod(data).map_err(drv)
+    }
+
+    pub fn alloc<T: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        n: usize,
+    ) -> Result<CudaSlice<T>, CudaError> {
+        self.stream.alloc_zeros::<T>(n.max(1)).map_err(drv)
+    }
+
+    pub fn download<T: DeviceRepr + Default + Clone>(
+        &self,
+        buf: &CudaSlice<T>,
+        n: usize,
+    ) -> Result<Vec<T>, CudaError> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![T::default(); n];
+        self.stream
+            .memcpy_dtoh(&buf.slice(0..n), &mut out[..])
+            .map_err(drv)?;
+        Ok(out)
+    }
+
+    /// A launch builder for kernel `name`.
+    pub fn launch(&self, name: &str) -> Result<LaunchArgs<'_>, CudaError> {
+        Ok(self.stream.launch_builder(self.func(name)?))
+    }
+
+    /// A weight for matmul / get_rows, uploaded once: raw blocks when the format has
+    /// native kernels, else dequantized on the host to f16 (documented fallback).
+    pub fn weight(&self, w: &WeightView<'_>) -> Result<Arc<DevWeight>, CudaError> {
+        let key = Key {
+            ptr: w.bytes.as_ptr() as usize,
+            len: w.bytes.len(),
+            as_f32: false,
+        };
+        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key) {
+            return Ok(d.clone());
+        }
+        let dw = match formats::residency(w.ty) {
+            Residency::Native => {
+                let rb = w.row_bytes();
+                let n = rb * w.shape.rows();
+                DevWeight {
+                    buf: self.upload(&w.bytes[..n])?,
+                    ty: w.ty,
+                    row_bytes: rb,
+                }
+            }
+            Residency::F16Fallback => {
+                let f = w
+                    .try_to_f32()
+                    .map_err(|e| CudaError::Unsupported(format!("{}: {e}", w.name)))?;
+                let bytes: Vec<u8> = f
+                    .iter()
+                    .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
+                    .collect();
+                DevWeight {
+                    buf: self.upload(&bytes)?,
+                    ty: GgmlType::F16,
+                    row_bytes: 2 * w.shape.0[0],
+                }
+            }
+            Residency::No(why) => return Err(CudaError::Unsupported(format!("{}: {why}", w.name))),
+        };
+        let dw = Arc::new(dw);
+        self.weights.lock().map_err(poison)?.insert(key, dw.clone());
+        Ok(dw)
+    }
+
+    /// A small weight (norm / conv / broadcast operand) as f32 on the device, uploaded once.
+    pub fn weight_f32(&self, w: &WeightView<'_>) -> Result<Arc<DevWeight>, CudaError> {
+        let key = Key {
+            ptr: w.bytes.as_ptr() as usize,
+            len: w.bytes.len(),
+            as_f32: true,
+        };
+        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key) {
+            return Ok(d.clone());
+        }
+        let f = w
+            .try_to_f32()
+            .map_err(|e| CudaError::Unsupported(format!("{}: {e}", w.name)))?;
+        let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let dw = Arc::new(DevWeight {
+            buf: self.upload(&bytes)?,
+            ty: GgmlType::F32,
+            row_bytes: 4 * w.shape.0[0],
+        });
+        self.weights.lock().map_err(poison)?.insert(key, dw.clone());
+        Ok(dw)
+    }
+
+    /// Bytes held by cached weights.
+    pub fn weight_bytes(&self) -> usize {
+        self.weights
+            .lock()
+            .map(|m| m.values().map(|w| w.buf.len()).sum())
+            .unwrap_or(0)
+    }
+}
+
+pub fn drv(e: cudarc::driver::DriverError) -> CudaError {
+    CudaError::Driver(format!("{e:?}"))
+}
+
+fn poison<T>(_: T) -> CudaError {
+    CudaError::Driver("weight cache lock poisoned".into())
+}
+
+/// 1-D launch over `n` items with `threads` per block.
+pub fn grid1(n: usize, threads: u32) -> LaunchConfig {
+    let blocks = n.div_ceil(threads as usize).max(1) as u32;
+    LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+/// Launch a built kernel call.
+pub fn go(mut b: LaunchArgs<'_>, cfg: LaunchConfig) -> Result<(), CudaError> {
+    // SAFETY: every launch site passes the arguments in the order and with the types
+    // of the kernel's C signature (pointers as device slices, ints as i32/i64, floats
+    // as f32), sizes its grid to the buffers it allocated, and the kernels bound-check
+    // their indices against the sizes passed.
+    unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+}
