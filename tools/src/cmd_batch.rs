@@ -37,27 +37,8 @@ pub struct BatchArgs {
     /// when the states would not fit in memory
     #[arg(long)]
     slots: Option<usize>,
-    /// Temperature (0 = greedy). Default 0.8, or 0.7 for the built-in model
-    #[arg(long, allow_negative_numbers = true)]
-    temp: Option<f32>,
-    /// Top-k (0 = off)
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (1 = off)
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
-    top_p: f32,
-    /// Min-p (0 = off)
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    min_p: f32,
-    /// Repetition penalty (1 = off). Default 1.0, or 1.1 for the built-in model
-    #[arg(long, allow_negative_numbers = true)]
-    repeat_penalty: Option<f32>,
-    /// Random seed; prompt i samples with seed + i (default: from the clock)
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Greedy decoding (same as --temp 0)
-    #[arg(long)]
-    greedy: bool,
+    #[command(flatten)]
+    sampling: crate::sampling::SamplingOpts,
     /// Context size per sequence (KV cache capacity). Default: $PN_MAX_SEQ, else 4096
     #[arg(long)]
     max_seq: Option<usize>,
@@ -172,17 +153,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let tok = load::tokenizer(&l)?;
     let (is_default, name) = (l.is_default, l.name.clone());
     let runner = Arc::new(l.runner);
-    let seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
-    let cfg = SamplerConfig {
-        temperature: if a.greedy { 0.0 } else { a.temp.unwrap_or(if is_default { 0.7 } else { 0.8 }) },
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty.unwrap_or(if is_default { 1.1 } else { 1.0 }),
-        repeat_last_n: 64,
-        seed,
-    };
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    let cfg = a.sampling.config(is_default)?;
     let (max_seq, clamped) = kv::resolve_max_seq(a.max_seq)?;
     if let Some(w) = clamped {
         eprintln!("{w}");

@@ -5,7 +5,7 @@
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
-use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::sampler::Sampler;
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
 use pn_engine::conversation::Conversation;
 use pn_engine::{Runner, SeqState};
@@ -24,19 +24,8 @@ pub struct ChatArgs {
     /// Most tokens per answer
     #[arg(short = 'n', long = "n-predict", default_value_t = 512)]
     n: usize,
-    /// Temperature (0 = greedy)
-    #[arg(long, default_value_t = 0.7)]
-    temp: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    #[arg(long, default_value_t = 1.1)]
-    repeat_penalty: f32,
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: crate::sampling::SamplingOpts,
     /// Context size in tokens (default 4096, or PN_MAX_SEQ)
     #[arg(long)]
     max_seq: Option<usize>,
@@ -48,16 +37,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     }
     let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
-    let cfg = SamplerConfig {
-        temperature: a.temp,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: 64,
-        seed: a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)),
-    };
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    let cfg = a.sampling.config(l.is_default)?;
     let state_cfg = load::state_config(&a.opts, a.max_seq, None)?;
     let max_seq = state_cfg.max_seq;
     let stop = Arc::new(AtomicBool::new(false));

@@ -3,7 +3,7 @@
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
-use pn_engine::sampler::{Sampler, SamplerConfig};
+use pn_engine::sampler::Sampler;
 use pn_engine::tensor_dump::TensorRecorder;
 use pn_engine::tokenizer::StreamDecoder;
 use std::io::Write;
@@ -24,27 +24,8 @@ pub struct RunArgs {
     /// Tokens to generate
     #[arg(short = 'n', long = "n-predict", default_value_t = 128, allow_negative_numbers = true)]
     n: usize,
-    /// Temperature (0 = greedy). Default 0.8, or 0.7 for the built-in model
-    #[arg(long, allow_negative_numbers = true)]
-    temp: Option<f32>,
-    /// Top-k (0 = off)
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (1 = off)
-    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
-    top_p: f32,
-    /// Min-p (0 = off)
-    #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
-    min_p: f32,
-    /// Repetition penalty (1 = off). Default 1.0, or 1.1 for the built-in model (it loops)
-    #[arg(long, allow_negative_numbers = true)]
-    repeat_penalty: Option<f32>,
-    /// Random seed (default: from the clock; printed at the end)
-    #[arg(long)]
-    seed: Option<u64>,
-    /// Greedy decoding (same as --temp 0)
-    #[arg(long)]
-    greedy: bool,
+    #[command(flatten)]
+    sampling: crate::sampling::SamplingOpts,
     /// Context size in tokens (KV cache capacity). Default: $PN_MAX_SEQ, $QWEN35_MAX_SEQ,
     /// else 4096; clamped to [16, 262144]
     #[arg(long)]
@@ -73,17 +54,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         (None, true) => DEFAULT_PROMPT.to_string(),
         (None, false) => bail!("--prompt: expected a prompt for --model (only the built-in model has a default prompt)"),
     };
-    let seed = a.seed.unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0));
-    let cfg = SamplerConfig {
-        temperature: if a.greedy { 0.0 } else { a.temp.unwrap_or(if l.is_default { 0.7 } else { 0.8 }) },
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty.unwrap_or(if l.is_default { 1.1 } else { 1.0 }),
-        repeat_last_n: 64,
-        seed,
-    };
-    cfg.validate().map_err(anyhow::Error::msg)?;
+    let cfg = a.sampling.config(l.is_default)?;
+    let seed = cfg.seed;
     let kv_cfg = load::state_config(&a.opts, a.max_seq, None)?;
     let max_seq = kv_cfg.max_seq;
     let ring = kv_cfg.overflow == pn_ops::Overflow::Ring;

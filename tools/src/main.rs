@@ -11,6 +11,7 @@ mod cmd_logits;
 mod cmd_run;
 mod cmd_tokenize;
 mod load;
+mod sampling;
 mod tensor_opts;
 
 use clap::{Parser, Subcommand};
