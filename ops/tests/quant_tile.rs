@@ -36,6 +36,42 @@ fn tile_matches_vec_dot_bitwise() {
     }
 }
 
+/// Many rows × many tokens (the packed 8-row path for Q4_K / Q6_K with VNNI, remainder
+/// rows and token tiles), with padded strides: every (row, token) equals `vec_dot`.
+#[test]
+fn block_matches_vec_dot_bitwise() {
+    use pn_ops::quant::vec_dot_block;
+    let mut rng = Rng(0xb10c_b10c_0000_0001);
+    for ty in weight_types() {
+        let bs = ty.block_size().max(32);
+        let n = if bs == 256 { 512 } else { 96 };
+        let a_ty = vec_dot_type(ty);
+        let (wrb, rb) = (ty.row_bytes(n).unwrap(), a_ty.row_bytes(n).unwrap());
+        let (ws, st, rows) = (wrb + 3, rb + 5, 19usize);
+        let mut w = vec![0u8; rows * ws];
+        for r in 0..rows {
+            w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
+        }
+        for m in [1usize, 7, 8, 9, 21] {
+            let mut acts = vec![0u8; m * st];
+            for j in 0..m {
+                let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 2.0).collect();
+                quantize_row(a_ty, &x, &mut acts[j * st..j * st + rb]);
+            }
+            let os = m + 2;
+            let mut out = vec![0f32; rows * os];
+            vec_dot_block(ty, n, &w, ws, rows, &acts, st, m, &mut out, os);
+            for r in 0..rows {
+                for j in 0..m {
+                    let want = vec_dot(ty, n, &w[r * ws..], &acts[j * st..]);
+                    let got = out[r * os + j];
+                    assert_eq!(got.to_bits(), want.to_bits(), "{ty} r={r} j={j} m={m}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn tile_bad_lengths_give_nan() {
     let ty = pn_ops::GgmlType::Q4K;
@@ -63,7 +99,7 @@ fn tile_throughput() {
             let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
             quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
         }
-        for m in [1usize, 4, 8] {
+        for m in [1usize, 4, 8, 64] {
             let mut out = vec![0f32; rows * toks];
             let mut dt = f64::MAX;
             for _ in 0..7 {

@@ -41,15 +41,21 @@ pub fn conv1d_causal(
             &x[(r - ns) * c..(r - ns + 1) * c]
         }
     };
+    // Taps transposed to [d_conv][c] so the loops run along channels (vectorized); each
+    // output still sums its taps in order i = 0.. from 0.0, as the reference.
+    let mut wt = vec![0.0f32; d_conv * c];
+    for ch in 0..c {
+        for i in 0..d_conv {
+            wt[i * c + ch] = w[ch * d_conv + i];
+        }
+    }
     let mut y = vec![0.0f32; t * c];
     par::rows(&mut y, c, 2 * c * d_conv, |ti, yr| {
-        for (ch, v) in yr.iter_mut().enumerate() {
-            let taps = &w[ch * d_conv..(ch + 1) * d_conv];
-            let mut sum = 0.0f32;
-            for (i, &tap) in taps.iter().enumerate() {
-                sum += win(ti + i)[ch] * tap;
+        for i in 0..d_conv {
+            let (xr, wr) = (win(ti + i), &wt[i * c..(i + 1) * c]);
+            for ((v, &xv), &tap) in yr.iter_mut().zip(xr).zip(wr) {
+                *v += xv * tap;
             }
-            *v = sum;
         }
     });
     // New state: the last ns window rows.
@@ -170,7 +176,7 @@ pub fn delta_rule(
     if dk * dv == 0 || t == 0 {
         return out_f32(OP, out, vec![0.0; dv * hv * t]);
     }
-    if hv * t * dk * dv < par::SERIAL_WORK {
+    if hv * t * dk * dv < par::SERIAL_WORK || par::outside_pool() {
         st.ssm
             .chunks_mut(dk * dv)
             .zip(oh.chunks_mut(t * dv))

@@ -1,5 +1,6 @@
-//! The gated delta rule in chunked form (spec §4.4.5, chunk 64) for prefill, and a
-//! vectorized recurrent form for short batches (decode).
+//! The gated delta rule: a vectorized recurrent form (used for every batch, so a prompt
+//! gives the same state fed at once or token by token), and the chunked form (spec
+//! §4.4.5, chunk 64; opt-in with `PN_DELTA_CHUNKED_FROM=N`, see `delta::CHUNKED_FROM_T`).
 //!
 //! Both equal the reference recurrence (§4.4.4) up to float reassociation (the
 //! reference sums every dot product sequentially; here sums run in 16 lanes), checked
@@ -9,6 +10,9 @@
 //!
 //! Per head, the state is kept as the reference stores it, `st[j][i] = S[i][j]` (Dv rows
 //! of Dk), so every dot product below runs over contiguous rows.
+
+// Index loops over tokens and lanes read better than iterator chains here.
+#![allow(clippy::needless_range_loop)]
 
 /// Tokens per chunk.
 pub const CHUNK: usize = 64;
@@ -172,7 +176,7 @@ impl Vops for Avx {
     fn scale_dot(y: &mut [f32], s: f32, b: &[f32]) -> f32 {
         use std::arch::x86_64::*;
         let n = y.len().min(b.len());
-        if n % 16 != 0 {
+        if !n.is_multiple_of(16) {
             for v in y.iter_mut() {
                 *v *= s;
             }
@@ -203,7 +207,7 @@ impl Vops for Avx {
     fn axpy_dot(y: &mut [f32], a: f32, x: &[f32], b: &[f32]) -> f32 {
         use std::arch::x86_64::*;
         let n = y.len();
-        if n % 16 != 0 || x.len() < n || b.len() < n {
+        if !n.is_multiple_of(16) || x.len() < n || b.len() < n {
             Self::axpy(y, a, x);
             return Self::dot(y, b);
         }

@@ -55,7 +55,7 @@ impl CpuBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         validate(op, ins, out)?;
-        if runs_inline(op, out) {
+        if runs_inline(op, ins, out) {
             // Small ops run on the caller's thread: handing them to the pool costs more
             // (a wake-up and a blocking wait per op) than the op itself. Their loops go
             // through `par::rows`, which stays serial outside a pool.
@@ -73,11 +73,42 @@ impl Default for CpuBackend {
 
 /// Output elements up to which the light ops run inline (a decode step's activations).
 const INLINE_MAX: usize = 1 << 15;
+/// Multiply-adds up to which a matmul (or conv) runs inline: ~20 µs of work, about what
+/// waking the pool and waiting for it costs on a busy machine.
+const INLINE_WORK: usize = 1 << 19;
 
 /// Whether `op` is light enough to run on the calling thread: element-wise, norms,
 /// routing and data movement on small outputs. These only parallelize through
 /// `par::rows`, which runs serially outside the pool.
-fn runs_inline(op: &Op, out: &TensorMeta) -> bool {
+fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
+    // Small matmuls (decode: router, β/α, shared-expert gate) and conv1d steps too.
+    let small = |work: usize| work <= INLINE_WORK;
+    match op {
+        Op::MatMul => {
+            let k = match &ins[0] {
+                Value::Weight(w) => w.shape.0[0],
+                Value::Act(t) => t.shape.0[0],
+            };
+            return small(k.saturating_mul(out.shape.numel()));
+        }
+        Op::GetRows => return out.shape.numel() <= INLINE_MAX,
+        // t·top·3·K·F multiply-adds (small models' decode)
+        Op::MoeExperts { .. } => {
+            let (top, kd) = (ins[1].act().shape.0[0], out.shape.0[0]);
+            let f = match &ins[ins.len() - 1] {
+                Value::Weight(w) => w.shape.0[0],
+                Value::Act(_) => return false,
+            };
+            return small(out.shape.0[1].saturating_mul(top * 3 * kd * f));
+        }
+        // ~4·Dk·Dv per token and V head
+        Op::DeltaRule { .. } => {
+            let dk = ins[0].act().shape.0[0];
+            return small(4 * dk * out.shape.numel());
+        }
+        Op::Conv1dCausal { d_conv, .. } => return small(d_conv * out.shape.numel() * 4),
+        _ => {}
+    }
     let light = matches!(
         op,
         Op::RmsNorm { .. }

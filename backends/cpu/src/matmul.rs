@@ -9,8 +9,9 @@ use rayon::prelude::*;
 
 /// Rows of weights per parallel task.
 const ROW_BLOCK: usize = 16;
-/// Tokens per inner tile: each decoded weight block is dotted with this many tokens.
-const TILE: usize = quant::MAX_TILE;
+/// Rows of weights per parallel task with several tokens (8-row groups of the packed
+/// kernels; the next group's rows are prefetched inside a task).
+const ROW_BLOCK_BATCH: usize = 64;
 
 pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
     const OP: &str = "GetRows";
@@ -44,7 +45,7 @@ pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
     if rb == 0 {
         return q;
     }
-    if t <= 1 || t * k < par::SERIAL_WORK {
+    if t <= 1 || t * k < par::SERIAL_WORK || par::outside_pool() {
         for (i, r) in q.chunks_mut(rb).enumerate() {
             quant::quantize_row(at, &x[i * k..(i + 1) * k], r);
         }
@@ -58,9 +59,10 @@ pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
 
 /// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds
 /// `n` weight rows of `wty` and `xq` holds `t` converted activation rows of `rb` bytes.
-/// Parallel over blocks of weight rows; inside a block, tiles of up to `MAX_TILE` tokens
-/// share each decoded weight block (`quant::vec_dot_block`, bitwise equal to `vec_dot`
-/// whatever the tiling, so results do not depend on the batch or the thread count).
+/// Parallel over blocks of weight rows; inside a block, `quant::vec_dot_block` dots the
+/// rows with all the tokens, each decoded weight block shared by a tile of tokens
+/// (bitwise equal to `vec_dot` whatever the tiling, so results do not depend on the
+/// batch or the thread count).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t: usize, y: &mut [f32]) {
     debug_assert_eq!(y.len(), n * t);
@@ -76,7 +78,7 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
             let w = w.get(r0 * wrb..).unwrap_or(&[]);
             quant::vec_dot_block(wty, k, w, wrb, ys.len(), xq, rb, 1, ys, 1);
         };
-        if n * work < par::SERIAL_WORK {
+        if n * work < par::SERIAL_WORK || par::outside_pool() {
             y.chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, ys)| run(b, ys));
         } else {
             y.par_chunks_mut(ROW_BLOCK)
@@ -89,29 +91,21 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
     // Compute [n][t] blocks (rows × tokens, tiled), then transpose into [t][n].
     let mut tmp = vec![0.0f32; n * t];
     let block = |b: usize, ys: &mut [f32]| {
-        let r0 = b * ROW_BLOCK;
+        let r0 = b * ROW_BLOCK_BATCH;
         let nr = ys.len() / t;
         let w = w.get(r0 * wrb..).unwrap_or(&[]);
-        for t0 in (0..t).step_by(TILE) {
-            let m = TILE.min(t - t0);
-            let xs = xq.get(t0 * rb..).unwrap_or(&[]);
-            quant::vec_dot_block(wty, k, w, wrb, nr, xs, rb, m, &mut ys[t0..], t);
-        }
+        quant::vec_dot_block(wty, k, w, wrb, nr, xq, rb, t, ys, t);
     };
-    if n * t * work < par::SERIAL_WORK {
-        tmp.chunks_mut(ROW_BLOCK * t)
+    if n * t * work < par::SERIAL_WORK || par::outside_pool() {
+        tmp.chunks_mut(ROW_BLOCK_BATCH * t)
             .enumerate()
             .for_each(|(b, ys)| block(b, ys));
     } else {
-        tmp.par_chunks_mut(ROW_BLOCK * t)
+        tmp.par_chunks_mut(ROW_BLOCK_BATCH * t)
             .enumerate()
             .for_each(|(b, ys)| block(b, ys));
     }
-    par::rows(y, n, n, |ti, yr| {
-        for (r, v) in yr.iter_mut().enumerate() {
-            *v = tmp[r * t + ti];
-        }
-    });
+    par::transpose(&tmp, n, t, y);
 }
 
 pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {

@@ -4,6 +4,12 @@
 
 use rayon::prelude::*;
 
+/// Whether the caller is outside any rayon pool (an op run inline, see `lib.rs`): loops
+/// then stay serial rather than fall into rayon's global pool.
+pub fn outside_pool() -> bool {
+    rayon::current_thread_index().is_none()
+}
+
 /// Below this many "work units" (roughly flops) a loop runs on the calling thread.
 pub const SERIAL_WORK: usize = 1 << 15;
 
@@ -21,7 +27,7 @@ where
     // never rayon's global pool.
     if n_rows <= 1
         || work_per_row.saturating_mul(n_rows) < SERIAL_WORK
-        || rayon::current_thread_index().is_none()
+        || outside_pool()
     {
         y.chunks_mut(row_len).enumerate().for_each(|(i, r)| f(i, r));
     } else {
@@ -30,5 +36,34 @@ where
             .with_min_len(min)
             .enumerate()
             .for_each(|(i, r)| f(i, r));
+    }
+}
+
+/// Cache-blocked transpose: `dst[c·rows + r] = src[r·cols + c]` (`src` is rows × cols),
+/// in parallel over blocks of `dst` rows when large enough (a pure copy: no arithmetic).
+pub fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
+    const B: usize = 32;
+    if rows == 0 || cols == 0 {
+        return;
+    }
+    debug_assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
+    let run = |cb: usize, d: &mut [f32]| {
+        let c0 = cb * B;
+        let nc = d.len() / rows;
+        for r0 in (0..rows).step_by(B) {
+            let r1 = (r0 + B).min(rows);
+            for c in 0..nc {
+                let drow = &mut d[c * rows..(c + 1) * rows];
+                for r in r0..r1 {
+                    drow[r] = src[r * cols + c0 + c];
+                }
+            }
+        }
+    };
+    let dst = &mut dst[..rows * cols];
+    if rows * cols < SERIAL_WORK || outside_pool() {
+        dst.chunks_mut(B * rows).enumerate().for_each(|(b, d)| run(b, d));
+    } else {
+        dst.par_chunks_mut(B * rows).enumerate().for_each(|(b, d)| run(b, d));
     }
 }

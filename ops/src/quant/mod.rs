@@ -16,9 +16,10 @@
 //! - [`iq4`]: IQ4_NL, IQ4_XS; [`mxfp4`]: MXFP4.
 //! - [`iq_grid`]: the codebook types IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M
 //!   (tables in the generated [`iq_grids`]).
-//! - `x86` / `x86_tile`: AVX2+FMA kernels, selected at run time (scalar fallback always
-//!   kept); `x86_tile` holds the quantized dot products, written for 1..=8 activation
-//!   rows at once ([`vec_dot_tile`]).
+//! - `x86` (detection, float types, activation quantizers), `x86_block` (row-block
+//!   dispatch), `x86_tile` (quantized dot products for 1..=8 activation rows at once,
+//!   AVX2 or AVX-512 VNNI), `x86_pack` (Q4_K / Q6_K decoded once per 8 rows for a whole
+//!   batch): selected at run time, the scalar fallback always kept.
 //!
 //! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
 //! tested against it.
@@ -40,11 +41,17 @@ pub mod mxfp4;
 pub mod q8;
 #[cfg(target_arch = "x86_64")]
 mod x86;
-#[cfg(target_arch = "x86_64")]
+/// The previous single-row AVX2 kernels, kept as a test oracle: the tile kernels must
+/// give bit for bit what they gave (see `x86::tests`).
+#[cfg(all(test, target_arch = "x86_64"))]
 #[allow(dead_code)]
 mod x86_k;
 #[cfg(target_arch = "x86_64")]
 mod x86_tile;
+#[cfg(target_arch = "x86_64")]
+mod x86_block;
+#[cfg(target_arch = "x86_64")]
+mod x86_pack;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum QuantError {
@@ -232,16 +239,23 @@ pub const MAX_TILE: usize = 8;
 
 /// `out[j] = vec_dot(w_ty, n, w, &acts[j·stride..])` for every `j < out.len()`
 /// (`out.len() <= MAX_TILE`), bitwise equal to [`vec_dot`], but each weight block is
-/// decoded once for all the rows. Never panics: rows that do not fit give NaN.
+/// decoded once for all the rows. Never panics: rows that do not fit (or more than
+/// `MAX_TILE` of them) give NaN.
 pub fn vec_dot_tile(w_ty: GgmlType, n: usize, w: &[u8], acts: &[u8], stride: usize, out: &mut [f32]) {
     let m = out.len();
+    if m > MAX_TILE {
+        out.fill(f32::NAN);
+        return;
+    }
     vec_dot_block(w_ty, n, w, 0, 1, acts, stride, m, out, m);
 }
 
 /// The matmul kernel: `out[r·ostride + j] = vec_dot(w_ty, n, &w[r·wstride..],
-/// &acts[j·astride..])` for `r < rows`, `j < m` (`m <= MAX_TILE` activation rows),
+/// &acts[j·astride..])` for `r < rows`, `j < m` (any number of activation rows),
 /// bitwise equal to [`vec_dot`] for every (r, j) whatever `rows` and `m`: each weight
-/// block is decoded once for the `m` activation rows, and the lengths are checked once.
+/// block is decoded once for up to `MAX_TILE` activation rows (Q4_K / Q6_K with
+/// AVX-512 VNNI and many rows: once for all of them, 8 weight rows at a time), and the
+/// lengths are checked once.
 /// Never panics: when the rows do not fit, every output it can reach is NaN.
 #[allow(clippy::too_many_arguments)]
 pub fn vec_dot_block(
@@ -264,14 +278,13 @@ pub fn vec_dot_block(
     let fits = |len: usize, count: usize, stride: usize, one: Option<usize>| {
         one.is_some_and(|one| (count == 1 || one <= stride) && (count - 1).checked_mul(stride).and_then(|o| o.checked_add(one)).is_some_and(|e| e <= len))
     };
-    let ok = m <= MAX_TILE
-        && is_weight(w_ty)
+    let ok = is_weight(w_ty)
         && n.is_multiple_of(w_ty.block_size())
         && fits(w.len(), rows, wstride, wb)
         && fits(acts.len(), m, astride, ab)
         && fits(out.len(), rows, ostride, Some(m));
     #[cfg(target_arch = "x86_64")]
-    if ok && x86::vec_dot_block(w_ty, n, w, wstride, rows, acts, astride, m, out, ostride) {
+    if ok && x86_block::vec_dot_block(w_ty, n, w, wstride, rows, acts, astride, m, out, ostride) {
         return;
     }
     for r in 0..rows {

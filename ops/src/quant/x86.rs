@@ -6,9 +6,7 @@
 //! `tests/quant_dot.rs` checks them against each other.
 
 use super::q8::{Q8_0_BYTES, Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
-use super::x86_tile;
-#[cfg(test)]
-use super::x86_k;
+use super::x86_block;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -70,8 +68,7 @@ pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Option<f32> {
             BF16 => dot_bf16(n, w, a),
             _ if has_tile(w_ty) => {
                 let mut o = [0f32; 1];
-                let g = Geo { n, wstride: 0, rows: 1, astride: 0, ostride: 0 };
-                block_m::<1>(w_ty, &g, w.as_ptr(), a.as_ptr(), &mut o);
+                x86_block::vec_dot_block(w_ty, n, w, 0, 1, a, 0, 1, &mut o, 1);
                 o[0]
             }
             _ => return None,
@@ -83,119 +80,6 @@ pub fn vec_dot(w_ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Option<f32> {
 pub fn has_tile(w_ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(w_ty, Q8_0 | Q4_0 | MXFP4 | IQ4NL | IQ4XS | Q4K | Q5K | Q6K)
-}
-
-/// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
-/// `r < rows`, `j < m` (1..=8 tokens), bitwise equal to the single-row kernel. Returns
-/// false (nothing written) when there is no tile kernel for `w_ty` or no AVX2. The caller
-/// (`quant::vec_dot_block`) has checked that `w`, `a` and `out` hold every row.
-#[allow(clippy::too_many_arguments)]
-pub fn vec_dot_block(
-    w_ty: GgmlType,
-    n: usize,
-    w: &[u8],
-    wstride: usize,
-    rows: usize,
-    a: &[u8],
-    astride: usize,
-    m: usize,
-    out: &mut [f32],
-    ostride: usize,
-) -> bool {
-    if !has_avx2() || !has_tile(w_ty) || m == 0 || m > x86_tile::MAX_TILE {
-        return false;
-    }
-    if rows == 0 {
-        return true;
-    }
-    debug_assert!(w.len() >= (rows - 1) * wstride + w_ty.row_bytes(n).unwrap_or(0));
-    debug_assert!(a.len() >= (m - 1) * astride);
-    debug_assert!(out.len() >= (rows - 1) * ostride + m);
-    let (w, a) = (w.as_ptr(), a.as_ptr());
-    let g = Geo { n, wstride, rows, astride, ostride };
-    // SAFETY: AVX2/FMA/F16C detected above; the caller checked the lengths.
-    unsafe {
-        match m {
-            1 => block_m::<1>(w_ty, &g, w, a, out),
-            2 => block_m::<2>(w_ty, &g, w, a, out),
-            3 => block_m::<3>(w_ty, &g, w, a, out),
-            4 => block_m::<4>(w_ty, &g, w, a, out),
-            5 => block_m::<5>(w_ty, &g, w, a, out),
-            6 => block_m::<6>(w_ty, &g, w, a, out),
-            7 => block_m::<7>(w_ty, &g, w, a, out),
-            _ => block_m::<8>(w_ty, &g, w, a, out),
-        }
-    }
-    true
-}
-
-/// Geometry of one `vec_dot_block` call.
-struct Geo {
-    n: usize,
-    wstride: usize,
-    rows: usize,
-    astride: usize,
-    ostride: usize,
-}
-
-/// Row loop of `vec_dot_block` for `M` tokens: AVX-512 VNNI when present, else AVX2.
-#[inline(always)]
-unsafe fn block_m<const M: usize>(w_ty: GgmlType, g: &Geo, w: *const u8, a: *const u8, out: &mut [f32]) {
-    // SAFETY: the caller detected AVX2/FMA/F16C; `has_vnni` the rest.
-    unsafe {
-        if has_vnni() {
-            block_vnni::<M>(w_ty, g, w, a, out)
-        } else {
-            block_avx2::<M>(w_ty, g, w, a, out)
-        }
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn block_avx2<const M: usize>(w_ty: GgmlType, g: &Geo, w: *const u8, a: *const u8, out: &mut [f32]) {
-    // SAFETY: features enabled here; the caller guarantees the rows.
-    unsafe { block_rows::<x86_tile::Avx2, M>(w_ty, g, w, a, out) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn block_vnni<const M: usize>(w_ty: GgmlType, g: &Geo, w: *const u8, a: *const u8, out: &mut [f32]) {
-    // SAFETY: features enabled here; the caller guarantees the rows.
-    unsafe { block_rows::<x86_tile::Vnni, M>(w_ty, g, w, a, out) }
-}
-
-/// The tile kernel for every weight row of a block, the format dispatched once.
-#[inline(always)]
-unsafe fn block_rows<K: x86_tile::Mac, const M: usize>(
-    w_ty: GgmlType,
-    g: &Geo,
-    w: *const u8,
-    a: *const u8,
-    out: &mut [f32],
-) {
-    use x86_tile::*;
-    use GgmlType::*;
-    macro_rules! rows {
-        ($f:expr, $bs:expr) => {
-            for r in 0..g.rows {
-                let mut o = [0f32; M];
-                // SAFETY: the caller enabled the features and guarantees row r of the
-                // weights at w + r·wstride and every token's activations.
-                unsafe { $f(g.n / $bs, w.add(r * g.wstride), a, g.astride, &mut o) };
-                out[r * g.ostride..r * g.ostride + M].copy_from_slice(&o);
-            }
-        };
-    }
-    match w_ty {
-        Q4K => rows!(tile_q45::<K, M, false>, 256),
-        Q5K => rows!(tile_q45::<K, M, true>, 256),
-        Q6K => rows!(tile_q6_k::<K, M>, 256),
-        IQ4XS => rows!(tile_iq4_xs::<K, M>, 256),
-        Q8_0 => rows!(tile_q8_0::<K, M>, 32),
-        Q4_0 => rows!(tile_q4_0::<K, M>, 32),
-        MXFP4 => rows!(tile_mxfp4::<K, M>, 32),
-        IQ4NL => rows!(tile_iq4_nl::<K, M>, 32),
-        _ => unreachable!("has_tile"),
-    }
 }
 
 /// Horizontal sum of 8 f32 lanes.
@@ -554,60 +438,5 @@ unsafe fn quantize_q8_k_avx(x: &[f32], out: &mut [u8]) {
             }
         }
         ob[0..4].copy_from_slice(&(1.0f32 / iscale).to_le_bytes());
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    /// The tile kernels (M = 1) give exactly what the previous AVX2 kernels gave.
-    #[test]
-    fn tile_equals_previous_kernels() {
-        if !has_avx2() {
-            return;
-        }
-        use GgmlType::*;
-        let mut s = 0x1234_5678_9abc_def0u64;
-        let mut rnd = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
-        for ty in [Q8_0, Q4_0, MXFP4, IQ4NL, IQ4XS, Q4K, Q5K, Q6K] {
-            for nb in [1usize, 2, 5, 8] {
-                let n = nb * ty.block_size();
-                let mut w: Vec<u8> = (0..ty.row_bytes(n).unwrap()).map(|_| rnd() as u8).collect();
-                let ts = ty.type_size();
-                for b in w.chunks_mut(ts) {
-                    let h = half::f16::from_f32(0.01).to_le_bytes();
-                    match ty {
-                        Q6K => b[208..210].copy_from_slice(&h),
-                        MXFP4 => b[0] = 120,
-                        Q4K | Q5K => { b[0..2].copy_from_slice(&h); b[2..4].copy_from_slice(&h) }
-                        _ => b[0..2].copy_from_slice(&h),
-                    }
-                }
-                let at = crate::quant::vec_dot_type(ty);
-                let x: Vec<f32> = (0..n).map(|_| (rnd() % 2001) as f32 / 1000.0 - 1.0).collect();
-                let mut a = vec![0u8; at.row_bytes(n).unwrap()];
-                crate::quant::quantize_row(at, &x, &mut a);
-                // SAFETY: AVX2 detected; rows of exactly nb blocks.
-                let old = unsafe {
-                    match ty {
-                        Q8_0 => x86_k::dot_q8_0(nb, &w, &a),
-                        Q4_0 => x86_k::dot_q4_0(nb, &w, &a),
-                        MXFP4 => x86_k::dot_mxfp4(nb, &w, &a),
-                        IQ4NL => x86_k::dot_iq4_nl(nb, &w, &a),
-                        IQ4XS => x86_k::dot_iq4_xs(nb, &w, &a),
-                        Q4K => x86_k::dot_q4_k(nb, &w, &a),
-                        Q5K => x86_k::dot_q5_k(nb, &w, &a),
-                        _ => x86_k::dot_q6_k(nb, &w, &a),
-                    }
-                };
-                let new = vec_dot(ty, n, &w, &a).unwrap();
-                assert_eq!(old.to_bits(), new.to_bits(), "{ty} nb={nb}: {old} vs {new}");
-            }
-        }
     }
 }

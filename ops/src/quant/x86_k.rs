@@ -1,4 +1,4 @@
-//! AVX2 quantized dot products: Q8_0, Q4_0, MXFP4, IQ4_NL (with Q8_0 activations) and
+//! (Test oracle only.) The previous AVX2 dot products: Q8_0, Q4_0, MXFP4, IQ4_NL (with Q8_0 activations) and
 //! Q4_K, Q5_K, Q6_K, IQ4_XS (with Q8_K activations).
 //!
 //! All functions are `unsafe` with `#[target_feature(enable = "avx2,fma,f16c")]`:

@@ -115,8 +115,13 @@ pub unsafe fn pack<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut 
                         _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
                         _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
                     ];
-                    for k in 0..4 {
-                        let h = _mm256_and_si256(_mm256_srli_epi16(qh, 2 * k as i32), m2);
+                    let high = [
+                        _mm256_and_si256(qh, m2),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
+                        _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2),
+                    ];
+                    for (k, &h) in high.iter().enumerate() {
                         let q = _mm256_or_si256(low[k], _mm256_slli_epi16(h, 4));
                         _mm256_storeu_si256(vp.add(4 * half + k), q);
                     }
@@ -239,6 +244,7 @@ pub unsafe fn group8<const SIX: bool>(
     out: &mut [f32],
     ostride: usize,
     buf: &mut Vec<Packed>,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed (integers and floats).
     let zero: Packed = unsafe { std::mem::zeroed() };
@@ -246,6 +252,13 @@ pub unsafe fn group8<const SIX: bool>(
     for (i, pk) in buf.iter_mut().enumerate() {
         // SAFETY: the caller guarantees 8 rows of nb blocks at w.
         unsafe { pack::<SIX>(w, ws, i, pk) };
+    }
+    // Start loading the next rows (`len` bytes at `p`) while this group computes.
+    if let Some((p, len)) = next {
+        for off in (0..len).step_by(64) {
+            // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8) };
+        }
     }
     let mut t0 = 0;
     while t0 < m {

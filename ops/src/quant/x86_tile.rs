@@ -101,9 +101,8 @@ unsafe fn hsums<const M: usize>(v: &[__m256i; M]) -> [i32; M] {
         let mut l = [0i32; 4];
         // SAFETY: `l` is 16 writable bytes.
         unsafe { _mm_storeu_si128(l.as_mut_ptr() as *mut __m128i, s) };
-        for k in 0..4.min(M - j) {
-            out[j + k] = l[k];
-        }
+        let k = 4.min(M - j);
+        out[j..j + k].copy_from_slice(&l[..k]);
         j += 4;
     }
     out
@@ -112,7 +111,7 @@ unsafe fn hsums<const M: usize>(v: &[__m256i; M]) -> [i32; M] {
 /// The 8 six-bit scales and 8 mins of a Q4_K / Q5_K super-block (`get_scale_min_k4` for
 /// all sub-blocks at once): returns (scales, mins).
 #[inline(always)]
-unsafe fn scales_mins_k4(s: *const u8) -> ([u8; 8], [u8; 8]) {
+pub(super) unsafe fn scales_mins_k4(s: *const u8) -> ([u8; 8], [u8; 8]) {
     const K1: u32 = 0x3f3f_3f3f;
     const K2: u32 = 0x0f0f_0f0f;
     const K3: u32 = 0x0303_0303;
@@ -127,7 +126,72 @@ unsafe fn scales_mins_k4(s: *const u8) -> ([u8; 8], [u8; 8]) {
     (sc, mn)
 }
 
-/// Q4_K (`FIVE = false`) / Q5_K (`FIVE = true`) against Q8_K.
+/// Horizontal sums of 4 vectors of 8 i32 lanes.
+#[inline(always)]
+unsafe fn reduce4(v: [__m256i; 4]) -> [i32; 4] {
+    let a = _mm256_hadd_epi32(v[0], v[1]);
+    let b = _mm256_hadd_epi32(v[2], v[3]);
+    let c = _mm256_hadd_epi32(a, b);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    let mut l = [0i32; 4];
+    // SAFETY: `l` is 16 writable bytes.
+    unsafe { _mm_storeu_si128(l.as_mut_ptr() as *mut __m128i, s) };
+    l
+}
+
+/// Integer part of Q4_K / Q5_K super-block `x` against `M` tokens' blocks `y(j)`:
+/// per token, 8 lanes summing to `is` and 8 lanes summing to the min term `summ`.
+#[inline(always)]
+unsafe fn q45_ints<K: Mac, const M: usize, const FIVE: bool>(
+    x: *const u8,
+    y: impl Fn(usize) -> *const u8,
+) -> ([__m256i; M], [__m256i; M]) {
+    let qs_off = if FIVE { 48 } else { 16 };
+    let m4 = _mm256_set1_epi8(0x0f);
+    let sixteen = _mm256_set1_epi8(16);
+    // SAFETY (whole body): x is a whole Q4_K / Q5_K block (qs 128 B, qh 32 B, scales
+    // 12 B @4), y(j) a whole Q8_K block (qs 256 B @4, bsums 32 B @260).
+    unsafe {
+        let (sc, mn) = scales_mins_k4(x.add(4));
+        let mins8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let mins16 =
+            _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
+        let hv = if FIVE { ld(x.add(16)) } else { _mm256_setzero_si256() };
+        let mut sumi = [_mm256_setzero_si256(); M];
+        for c in 0..4 {
+            let q = ld(x.add(qs_off + 32 * c));
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+            if FIVE {
+                let ml = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
+                let mh = _mm256_set1_epi8((1u8 << (2 * c + 1)) as i8);
+                lo = _mm256_or_si256(
+                    lo,
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, ml), ml), sixteen),
+                );
+                hi = _mm256_or_si256(
+                    hi,
+                    _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, mh), mh), sixteen),
+                );
+            }
+            let sl = _mm256_set1_epi16(sc[2 * c] as i16);
+            let sh = _mm256_set1_epi16(sc[2 * c + 1] as i16);
+            for (j, s) in sumi.iter_mut().enumerate() {
+                let yq = y(j).add(Q8_K_QS + 64 * c);
+                *s = K::mac_scaled(*s, lo, ld(yq), sl);
+                *s = K::mac_scaled(*s, hi, ld(yq.add(32)), sh);
+            }
+        }
+        let mut smv = [_mm256_setzero_si256(); M];
+        for (j, s) in smv.iter_mut().enumerate() {
+            *s = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), mins16);
+        }
+        (sumi, smv)
+    }
+}
+
+/// Q4_K (`FIVE = false`) / Q5_K (`FIVE = true`) against Q8_K. One token (decode): two
+/// super-blocks share one horizontal reduction.
 #[inline(always)]
 pub unsafe fn tile_q45<K: Mac, const M: usize, const FIVE: bool>(
     nb: usize,
@@ -137,61 +201,43 @@ pub unsafe fn tile_q45<K: Mac, const M: usize, const FIVE: bool>(
     out: &mut [f32; M],
 ) {
     let wbytes = if FIVE { Q5_K_BYTES } else { Q4_K_BYTES };
-    let qs_off = if FIVE { 48 } else { 16 };
-    let m4 = _mm256_set1_epi8(0x0f);
-    let sixteen = _mm256_set1_epi8(16);
     let mut sumf = [0f32; M];
-    for i in 0..nb {
-        // SAFETY (whole loop body): block i of the weights is `wbytes` long at x, block
-        // i of every token's activations is Q8_K_BYTES long at y(j); every offset read
-        // below lies inside those blocks (qs 128 B, qh 32 B, scales 12 B @4; activation
-        // qs 256 B @4, bsums 32 B @260).
+    // the float step of super-block i for token j (the scalar kernel's formula)
+    let step = |sumf: &mut f32, x: *const u8, yb: *const u8, is: i32, summ: i32| {
+        // SAFETY: x is a whole weight block, yb a whole Q8_K block.
+        let (dw, dmw, yd) = unsafe { (f16(x), f16(x.add(2)), f32_at(yb)) };
+        let (d, dmin) = (dw * yd, dmw * yd);
+        *sumf += d * is as f32 - dmin * summ as f32;
+    };
+    let mut i = 0;
+    if M == 1 {
+        while i + 2 <= nb {
+            // SAFETY: blocks i and i + 1 exist for the weights and the token.
+            unsafe {
+                let (x0, x1) = (w.add(i * wbytes), w.add((i + 1) * wbytes));
+                let (y0, y1) = (a.add(i * Q8_K_BYTES), a.add((i + 1) * Q8_K_BYTES));
+                let (s0, m0) = q45_ints::<K, 1, FIVE>(x0, |_| y0);
+                let (s1, m1) = q45_ints::<K, 1, FIVE>(x1, |_| y1);
+                let r = reduce4([s0[0], m0[0], s1[0], m1[0]]);
+                step(&mut sumf[0], x0, y0, r[0], r[1]);
+                step(&mut sumf[0], x1, y1, r[2], r[3]);
+            }
+            i += 2;
+        }
+    }
+    while i < nb {
+        // SAFETY: block i of the weights and of every token's activations exist.
         unsafe {
             let x = w.add(i * wbytes);
             let y = |j: usize| a.add(j * stride + i * Q8_K_BYTES);
-            let (sc, mn) = scales_mins_k4(x.add(4));
-            let mins8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
-            let mins16 =
-                _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
-            let hv = if FIVE { ld(x.add(16)) } else { _mm256_setzero_si256() };
-            let mut sumi = [_mm256_setzero_si256(); M];
-            for c in 0..4 {
-                let q = ld(x.add(qs_off + 32 * c));
-                let mut lo = _mm256_and_si256(q, m4);
-                let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-                if FIVE {
-                    let ml = _mm256_set1_epi8((1u8 << (2 * c)) as i8);
-                    let mh = _mm256_set1_epi8((1u8 << (2 * c + 1)) as i8);
-                    lo = _mm256_or_si256(
-                        lo,
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, ml), ml), sixteen),
-                    );
-                    hi = _mm256_or_si256(
-                        hi,
-                        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, mh), mh), sixteen),
-                    );
-                }
-                let sl = _mm256_set1_epi16(sc[2 * c] as i16);
-                let sh = _mm256_set1_epi16(sc[2 * c + 1] as i16);
-                for (j, s) in sumi.iter_mut().enumerate() {
-                    let yq = y(j).add(Q8_K_QS + 64 * c);
-                    *s = K::mac_scaled(*s, lo, ld(yq), sl);
-                    *s = K::mac_scaled(*s, hi, ld(yq.add(32)), sh);
-                }
-            }
-            let mut smv = [_mm256_setzero_si256(); M];
-            for (j, s) in smv.iter_mut().enumerate() {
-                *s = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), mins16);
-            }
+            let (sumi, smv) = q45_ints::<K, M, FIVE>(x, y);
             let is = hsums(&sumi);
             let summ = hsums(&smv);
-            let (dw, dmw) = (f16(x), f16(x.add(2)));
             for j in 0..M {
-                let yd = f32_at(y(j));
-                let (d, dmin) = (dw * yd, dmw * yd);
-                sumf[j] += d * is[j] as f32 - dmin * summ[j] as f32;
+                step(&mut sumf[j], x, y(j), is[j], summ[j]);
             }
         }
+        i += 1;
     }
     *out = sumf;
 }
@@ -213,7 +259,59 @@ const Q6_CTRL: [[u8; 32]; 4] = {
     c
 };
 
-/// Q6_K against Q8_K.
+/// Integer part of Q6_K super-block `x` against `M` tokens' blocks `y(j)`: per token, 8
+/// lanes summing to `is` and 8 lanes summing to the offset term `off`.
+#[inline(always)]
+unsafe fn q6_ints<K: Mac, const M: usize>(
+    x: *const u8,
+    y: impl Fn(usize) -> *const u8,
+    ctrl: &[__m256i; 4],
+) -> ([__m256i; M], [__m256i; M]) {
+    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
+    // SAFETY (whole body): x is a whole 210-byte block (ql 128 B @0, qh 64 B @128,
+    // scales 16 B @192), y(j) a whole Q8_K block (qs 256 B @4, bsums 32 B @260).
+    unsafe {
+        let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192) as *const __m128i));
+        let mut sumi = [_mm256_setzero_si256(); M];
+        for half in 0..2 {
+            let sch = if half == 0 {
+                _mm256_permute2x128_si256(sc16, sc16, 0x00)
+            } else {
+                _mm256_permute2x128_si256(sc16, sc16, 0x11)
+            };
+            let q0 = ld(x.add(64 * half));
+            let q1 = ld(x.add(64 * half + 32));
+            let qh = ld(x.add(128 + 32 * half));
+            let low = [
+                _mm256_and_si256(q0, m4),
+                _mm256_and_si256(q1, m4),
+                _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
+                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+            ];
+            let high = [
+                _mm256_and_si256(qh, m2),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
+                _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2),
+            ];
+            for k in 0..4 {
+                let q = _mm256_or_si256(low[k], _mm256_slli_epi16(high[k], 4));
+                let scv = _mm256_shuffle_epi8(sch, ctrl[k]);
+                for (j, s) in sumi.iter_mut().enumerate() {
+                    let yv = ld(y(j).add(Q8_K_QS + 128 * half + 32 * k));
+                    *s = K::mac_scaled(*s, q, yv, scv);
+                }
+            }
+        }
+        let mut offv = [_mm256_setzero_si256(); M];
+        for (j, o) in offv.iter_mut().enumerate() {
+            *o = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), sc16);
+        }
+        (sumi, offv)
+    }
+}
+
+/// Q6_K against Q8_K. One token (decode): two super-blocks share one reduction.
 #[inline(always)]
 pub unsafe fn tile_q6_k<K: Mac, const M: usize>(
     nb: usize,
@@ -222,60 +320,43 @@ pub unsafe fn tile_q6_k<K: Mac, const M: usize>(
     stride: usize,
     out: &mut [f32; M],
 ) {
-    let (m4, m2) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(3));
     // SAFETY: the tables are 32 readable bytes each.
     let ctrl: [__m256i; 4] = core::array::from_fn(|k| unsafe { ld(Q6_CTRL[k].as_ptr()) });
     let mut sumf = [0f32; M];
-    for i in 0..nb {
-        // SAFETY (whole loop body): block i of the weights is 210 bytes at x (ql 128 B
-        // @0, qh 64 B @128, scales 16 B @192, d @208), block i of every token's
-        // activations is Q8_K_BYTES at y(j) (qs 256 B @4, bsums 32 B @260).
+    let step = |sumf: &mut f32, x: *const u8, yb: *const u8, is: i32, off: i32| {
+        // SAFETY: x is a whole Q6_K block, yb a whole Q8_K block.
+        let (dw, yd) = unsafe { (f16(x.add(208)), f32_at(yb)) };
+        *sumf += dw * yd * (is - 32 * off) as f32;
+    };
+    let mut i = 0;
+    if M == 1 {
+        while i + 2 <= nb {
+            // SAFETY: blocks i and i + 1 exist for the weights and the token.
+            unsafe {
+                let (x0, x1) = (w.add(i * Q6_K_BYTES), w.add((i + 1) * Q6_K_BYTES));
+                let (y0, y1) = (a.add(i * Q8_K_BYTES), a.add((i + 1) * Q8_K_BYTES));
+                let (s0, o0) = q6_ints::<K, 1>(x0, |_| y0, &ctrl);
+                let (s1, o1) = q6_ints::<K, 1>(x1, |_| y1, &ctrl);
+                let r = reduce4([s0[0], o0[0], s1[0], o1[0]]);
+                step(&mut sumf[0], x0, y0, r[0], r[1]);
+                step(&mut sumf[0], x1, y1, r[2], r[3]);
+            }
+            i += 2;
+        }
+    }
+    while i < nb {
+        // SAFETY: block i of the weights and of every token's activations exist.
         unsafe {
             let x = w.add(i * Q6_K_BYTES);
             let y = |j: usize| a.add(j * stride + i * Q8_K_BYTES);
-            let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(x.add(192) as *const __m128i));
-            let mut sumi = [_mm256_setzero_si256(); M];
-            for half in 0..2 {
-                let sch = if half == 0 {
-                    _mm256_permute2x128_si256(sc16, sc16, 0x00)
-                } else {
-                    _mm256_permute2x128_si256(sc16, sc16, 0x11)
-                };
-                let q0 = ld(x.add(64 * half));
-                let q1 = ld(x.add(64 * half + 32));
-                let qh = ld(x.add(128 + 32 * half));
-                let low = [
-                    _mm256_and_si256(q0, m4),
-                    _mm256_and_si256(q1, m4),
-                    _mm256_and_si256(_mm256_srli_epi16(q0, 4), m4),
-                    _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
-                ];
-                let high = [
-                    _mm256_and_si256(qh, m2),
-                    _mm256_and_si256(_mm256_srli_epi16(qh, 2), m2),
-                    _mm256_and_si256(_mm256_srli_epi16(qh, 4), m2),
-                    _mm256_and_si256(_mm256_srli_epi16(qh, 6), m2),
-                ];
-                for k in 0..4 {
-                    let q = _mm256_or_si256(low[k], _mm256_slli_epi16(high[k], 4));
-                    let scv = _mm256_shuffle_epi8(sch, ctrl[k]);
-                    for (j, s) in sumi.iter_mut().enumerate() {
-                        let yv = ld(y(j).add(Q8_K_QS + 128 * half + 32 * k));
-                        *s = K::mac_scaled(*s, q, yv, scv);
-                    }
-                }
-            }
-            let mut offv = [_mm256_setzero_si256(); M];
-            for (j, o) in offv.iter_mut().enumerate() {
-                *o = _mm256_madd_epi16(ld(y(j).add(Q8_K_BSUMS)), sc16);
-            }
+            let (sumi, offv) = q6_ints::<K, M>(x, y, &ctrl);
             let is = hsums(&sumi);
             let off = hsums(&offv);
-            let dw = f16(x.add(208));
             for j in 0..M {
-                sumf[j] += dw * f32_at(y(j)) * (is[j] - 32 * off[j]) as f32;
+                step(&mut sumf[j], x, y(j), is[j], off[j]);
             }
         }
+        i += 1;
     }
     *out = sumf;
 }
@@ -341,6 +422,7 @@ pub unsafe fn tile_iq4_xs<K: Mac, const M: usize>(
 /// block is `dw · d_act`, as in the scalar kernels). Two 8-lane float accumulators per
 /// token (even / odd blocks), reduced at the end.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn tile_32<K: Mac, const M: usize>(
     nb: usize,
     w: *const u8,
