@@ -71,3 +71,18 @@ oracle_case!(dense_qwen35_f16, "qwen35-tiny-f16");
 oracle_case!(dense_qwen35_q4_k_m, "qwen35-ktiny-q4_k_m");
 oracle_case!(qwen3moe_f16, "qwen3moe-tiny-f16");
 oracle_case!(qwen3moe_q4_k_m, "qwen3moe-ktiny-q4_k_m");
+
+#[test]
+fn default_model_greedy_continuation_matches_llama_cpp() {
+    let (prompt, expected) = greedy_oracle("pn-default-code-q4_k_m.greedy.json");
+    let g = std::sync::Arc::new(pn_engine::Gguf::open(&std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default/pn-default-code-q4_k_m.gguf")).unwrap());
+    let r = pn_engine::Runner::new(pn_models::load(&g).unwrap(), g, std::sync::Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
+    let mut st = r.new_state(128);
+    let mut next = pn_engine::sampler::argmax(r.forward(&mut st, &prompt, false).unwrap().last()) as u32;
+    let mut got = vec![next];
+    while got.len() < expected.len() {
+        next = pn_engine::sampler::argmax(r.forward(&mut st, &[next], false).unwrap().last()) as u32;
+        got.push(next);
+    }
+    assert_eq!(got, expected, "32 greedy tokens of the trained model");
+}

@@ -23,7 +23,7 @@ pub struct SamplingOpts {
     /// Random seed (default: from the clock; printed at the end)
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Greedy decoding (same as --temp 0)
+    /// Greedy decoding: argmax, no repetition penalty unless --repeat-penalty is given
     #[arg(long)]
     pub greedy: bool,
 }
@@ -39,7 +39,8 @@ impl SamplingOpts {
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
-            repeat_penalty: self.repeat_penalty.unwrap_or(if builtin_model { 1.1 } else { 1.0 }),
+            // --greedy is plain argmax (llama.cpp's greedy) unless a penalty is asked for
+            repeat_penalty: self.repeat_penalty.unwrap_or(if builtin_model && !self.greedy { 1.1 } else { 1.0 }),
             repeat_last_n: 64,
             seed,
         };
