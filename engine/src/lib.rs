@@ -22,7 +22,7 @@ pub mod state;
 pub mod tensor_dump;
 pub mod tokenizer;
 
-pub use backend::{Backend, ReferenceBackend, Support};
+pub use backend::{f32_out, i32_out, store_into, Backend, ReferenceBackend, Support};
 pub use gguf::{Gguf, GgufError, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};
 pub use model::{Geometry, LayerInfo, Model};

@@ -314,6 +314,9 @@ fn slice_tokens(x: &Tensor, t: usize, t0: usize, n: usize) -> Result<Tensor, Str
 
 /// Runs a stateful op once per sequence on its slice of the token axis with its layer
 /// state `layer`, and concatenates the outputs (crate::runner's multi-sequence passes).
+/// The per-sequence calls go to the backend together ([`Backend::execute_multi`]), which
+/// may run them concurrently (CPU: one pool task per sequence); each is bitwise what the
+/// sequence gives alone.
 pub(crate) fn run_per_sequence(
     backend: &dyn Backend,
     node: &Node,
@@ -325,10 +328,11 @@ pub(crate) fn run_per_sequence(
     let bad = |msg: String| OpError::Invalid { op: node.op.kind(), msg };
     let t: usize = lens.iter().sum();
     let axis = token_axis(&node.out.shape, t).map_err(bad)?;
-    let mut data: Vec<f32> = Vec::with_capacity(node.out.shape.numel());
+    // every sequence's slices of the activations, then its inputs and output meta
+    let mut parts: Vec<Vec<Tensor>> = Vec::with_capacity(lens.len());
     let mut t0 = 0;
-    for (st, &n) in seqs.iter_mut().zip(lens) {
-        let parts: Vec<Tensor> = ins
+    for &n in lens {
+        let p: Vec<Tensor> = ins
             .iter()
             .filter_map(|v| match v {
                 Value::Act(x) => Some(slice_tokens(x, t, t0, n)),
@@ -336,20 +340,37 @@ pub(crate) fn run_per_sequence(
             })
             .collect::<Result<_, _>>()
             .map_err(bad)?;
-        let mut acts = parts.iter();
-        let sub: Vec<Value<'_>> = ins
-            .iter()
-            .map(|v| match v {
-                Value::Act(_) => Value::Act(acts.next().expect("one slice per activation")),
-                Value::Weight(w) => Value::Weight(*w),
-            })
-            .collect();
-        let mut shape = node.out.shape;
-        shape.0[axis] = n;
-        let out = TensorMeta { shape, dtype: node.out.dtype };
-        let y = backend.execute(&node.op, &sub, &out, st.layers.get_mut(layer))?;
-        data.extend_from_slice(y.as_f32());
+        parts.push(p);
         t0 += n;
+    }
+    let subs: Vec<Vec<Value<'_>>> = parts
+        .iter()
+        .map(|p| {
+            let mut acts = p.iter();
+            ins.iter()
+                .map(|v| match v {
+                    Value::Act(_) => Value::Act(acts.next().expect("one slice per activation")),
+                    Value::Weight(w) => Value::Weight(*w),
+                })
+                .collect()
+        })
+        .collect();
+    let outs: Vec<TensorMeta> = lens
+        .iter()
+        .map(|&n| {
+            let mut shape = node.out.shape;
+            shape.0[axis] = n;
+            TensorMeta { shape, dtype: node.out.dtype }
+        })
+        .collect();
+    let mut states: Vec<_> = seqs.iter_mut().map(|st| st.layers.get_mut(layer)).collect();
+    let ys = backend.execute_multi(&node.op, &subs, &outs, &mut states)?;
+    if ys.len() != lens.len() {
+        return Err(bad(format!("{} outputs for {} sequences", ys.len(), lens.len())));
+    }
+    let mut data: Vec<f32> = Vec::with_capacity(node.out.shape.numel());
+    for y in &ys {
+        data.extend_from_slice(y.as_f32());
     }
     Ok(Tensor::f32(node.out.shape, data))
 }

@@ -15,9 +15,27 @@ pub fn conv1d_causal(
     state: Option<&mut LayerState>,
     d_conv: usize,
 ) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    conv1d_causal_into(ins, out, state, d_conv, &mut y)?;
+    out_f32("Conv1dCausal", out, y)
+}
+
+thread_local! {
+    /// The transposed conv taps, reused from call to call.
+    static TAPS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `conv1d_causal` into `y` (every element written).
+pub fn conv1d_causal_into(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    state: Option<&mut LayerState>,
+    d_conv: usize,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "Conv1dCausal";
     let x = act_f32(OP, &ins[0])?;
-    let w = weight_f32(OP, &weight(OP, &ins[1])?)?;
+    let wv = weight(OP, &ins[1])?;
     let c = out.shape.0[0];
     let t = out.shape.rows();
     let st = recurrent_state(OP, state)?;
@@ -32,6 +50,13 @@ pub fn conv1d_causal(
             ),
         });
     }
+    crate::norm::len_check(OP, t * c, y.len())?;
+    if x.len() != t * c {
+        return Err(OpError::Invalid {
+            op: OP,
+            msg: format!("x has {} elements, expected {c}×{t}", x.len()),
+        });
+    }
     let conv = &st.conv;
     // Window row r: state row r for r < ns, else token r - ns.
     let win = |r: usize| -> &[f32] {
@@ -43,14 +68,27 @@ pub fn conv1d_causal(
     };
     // Taps transposed to [d_conv][c] so the loops run along channels (vectorized); each
     // output still sums its taps in order i = 0.. from 0.0, as the reference.
-    let mut wt = vec![0.0f32; d_conv * c];
-    for ch in 0..c {
-        for i in 0..d_conv {
-            wt[i * c + ch] = w[ch * d_conv + i];
+    let mut wt = TAPS.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    wt.clear();
+    wt.resize(d_conv * c, 0.0);
+    if wv.ty == pn_ops::GgmlType::F32 && wv.bytes.len() >= 4 * c * d_conv {
+        // F32 taps read in place (no dequantized copy)
+        for ch in 0..c {
+            for i in 0..d_conv {
+                let b = &wv.bytes[4 * (ch * d_conv + i)..4 * (ch * d_conv + i) + 4];
+                wt[i * c + ch] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
+        }
+    } else {
+        let w = weight_f32(OP, &wv)?;
+        for ch in 0..c {
+            for i in 0..d_conv {
+                wt[i * c + ch] = w[ch * d_conv + i];
+            }
         }
     }
-    let mut y = vec![0.0f32; t * c];
-    par::rows(&mut y, c, 2 * c * d_conv, |ti, yr| {
+    y.fill(0.0);
+    par::rows(y, c, 2 * c * d_conv, |ti, yr| {
         for i in 0..d_conv {
             let (xr, wr) = (win(ti + i), &wt[i * c..(i + 1) * c]);
             for ((v, &xv), &tap) in yr.iter_mut().zip(xr).zip(wr) {
@@ -58,13 +96,18 @@ pub fn conv1d_causal(
             }
         }
     });
-    // New state: the last ns window rows.
-    let mut new_state = Vec::with_capacity(ns * c);
-    for r in t..t + ns {
-        new_state.extend_from_slice(win(r));
+    TAPS.with(|w| *w.borrow_mut() = wt);
+    // New state: the last ns window rows (row j ← window row t + j: a later state row,
+    // not overwritten yet, or a token).
+    for j in 0..ns {
+        let r = t + j;
+        if r < ns {
+            st.conv.copy_within(r * c..(r + 1) * c, j * c);
+        } else {
+            st.conv[j * c..(j + 1) * c].copy_from_slice(&x[(r - ns) * c..(r - ns + 1) * c]);
+        }
     }
-    st.conv.copy_from_slice(&new_state);
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 /// Geometry and inputs of one delta-rule call.
@@ -167,33 +210,64 @@ pub fn delta_rule(
     out: &TensorMeta,
     state: Option<&mut LayerState>,
 ) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    delta_rule_into(ins, out, state, &mut y)?;
+    out_f32("DeltaRule", out, y)
+}
+
+thread_local! {
+    /// Per-head outputs before the transpose, reused from call to call.
+    static HEADS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `delta_rule` into `y` (every element written).
+pub fn delta_rule_into(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    state: Option<&mut LayerState>,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "DeltaRule";
     let st = recurrent_state(OP, state)?;
     let p = delta_inputs(ins, out, st)?;
     let (dk, dv, hv, t) = (p.dk, p.dv, p.hv, p.t);
-    // Per-head outputs [Hv][T][Dv], then transposed to [T][Hv][Dv].
-    let mut oh = vec![0.0f32; hv * t * dv];
+    crate::norm::len_check(OP, dv * hv * t, y.len())?;
     if dk * dv == 0 || t == 0 {
-        return out_f32(OP, out, vec![0.0; dv * hv * t]);
+        y.fill(0.0);
+        return Ok(());
     }
+    // Per-head outputs [Hv][T][Dv], then transposed to [T][Hv][Dv] (one token: the
+    // same layout, written in place).
+    let mut oh = if t == 1 {
+        Vec::new()
+    } else {
+        let mut v = HEADS.with(|h| std::mem::take(&mut *h.borrow_mut()));
+        v.clear();
+        v.resize(hv * t * dv, 0.0);
+        v
+    };
+    let ohs: &mut [f32] = if t == 1 { &mut *y } else { &mut oh };
     if hv * t * dk * dv < par::SERIAL_WORK || par::outside_pool() {
         st.ssm
             .chunks_mut(dk * dv)
-            .zip(oh.chunks_mut(t * dv))
+            .zip(ohs.chunks_mut(t * dv))
             .enumerate()
             .for_each(|(h, (s, o))| delta_head(&p, h, s, o));
     } else {
         st.ssm
             .par_chunks_mut(dk * dv)
-            .zip(oh.par_chunks_mut(t * dv))
+            .zip(ohs.par_chunks_mut(t * dv))
             .enumerate()
             .for_each(|(h, (s, o))| delta_head(&p, h, s, o));
     }
-    let mut y = vec![0.0f32; dv * hv * t];
-    par::rows(&mut y, hv * dv, hv * dv, |ti, yr| {
+    if t == 1 {
+        return Ok(());
+    }
+    par::rows(y, hv * dv, hv * dv, |ti, yr| {
         for h in 0..hv {
             yr[h * dv..(h + 1) * dv].copy_from_slice(&oh[(h * t + ti) * dv..(h * t + ti + 1) * dv]);
         }
     });
-    out_f32(OP, out, y)
+    HEADS.with(|h| *h.borrow_mut() = oh);
+    Ok(())
 }

@@ -1,33 +1,66 @@
-//! Element-wise ops and data movement, parallel over rows.
+//! Element-wise ops and data movement, parallel over rows. Each `*_into` writes every
+//! element of `y` (`out.shape.numel()` floats, a reused buffer); the plain forms wrap it.
 
+use crate::norm::len_check;
 use crate::par;
-use pn_ops::reference::common::{act_f32, binary as bin, f32_any, out_f32, unary as un};
+use crate::norm::with_f32;
+use pn_ops::reference::common::{act_f32, binary as bin, out_f32, unary as un};
 use pn_ops::{BinaryOp, OpError, Tensor, TensorMeta, UnaryOp, Value};
 
 /// Elements per parallel row for flat element-wise loops.
 const FLAT: usize = 4096;
 
+/// A fresh output for `out`, filled by `f` (the `Backend::execute` path).
+fn fresh(
+    op: &'static str,
+    out: &TensorMeta,
+    f: impl FnOnce(&mut [f32]) -> Result<(), OpError>,
+) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    f(&mut y)?;
+    out_f32(op, out, y)
+}
+
 pub fn unary(ins: &[Value<'_>], out: &TensorMeta, op: UnaryOp) -> Result<Tensor, OpError> {
+    fresh("Unary", out, |y| unary_into(ins, out, op, y))
+}
+
+pub fn unary_into(ins: &[Value<'_>], _out: &TensorMeta, op: UnaryOp, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "Unary";
     let x = act_f32(OP, &ins[0])?;
-    let mut y = x.to_vec();
-    par::rows(&mut y, FLAT, 8 * FLAT, |_, r| {
+    len_check(OP, x.len(), y.len())?;
+    y.copy_from_slice(x);
+    par::rows(y, FLAT, 8 * FLAT, |_, r| {
         for v in r.iter_mut() {
             *v = un(op, *v);
         }
     });
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 pub fn binary(ins: &[Value<'_>], out: &TensorMeta, op: BinaryOp) -> Result<Tensor, OpError> {
+    fresh("Binary", out, |y| binary_into(ins, out, op, y))
+}
+
+pub fn binary_into(ins: &[Value<'_>], out: &TensorMeta, op: BinaryOp, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "Binary";
-    let a = act_f32(OP, &ins[0])?;
-    let (b, bs) = f32_any(OP, &ins[1])?;
+    with_f32(OP, &ins[1], |b, bs| binary_rows(&ins[0], b, bs, out, op, y))
+}
+
+fn binary_rows(
+    a: &Value<'_>,
+    b: &[f32],
+    bs: pn_ops::Shape,
+    out: &TensorMeta,
+    op: BinaryOp,
+    y: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "Binary";
+    let a = act_f32(OP, a)?;
     let [a0, a1, a2, _] = out.shape.0;
     let [b0, b1, b2, b3] = bs.0;
-    let mut y = vec![0.0f32; a.len()];
-    let b = &b[..];
-    par::rows(&mut y, a0, 4 * a0, |row, yr| {
+    len_check(OP, a.len(), y.len())?;
+    par::rows(y, a0, 4 * a0, |row, yr| {
         let i1 = row % a1;
         let i2 = (row / a1) % a2;
         let i3 = row / (a1 * a2);
@@ -40,7 +73,7 @@ pub fn binary(ins: &[Value<'_>], out: &TensorMeta, op: BinaryOp) -> Result<Tenso
             }
         }
     });
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 pub fn slice_cols(
@@ -50,26 +83,41 @@ pub fn slice_cols(
     offset: usize,
     len: usize,
 ) -> Result<Tensor, OpError> {
+    fresh("SliceCols", out, |y| slice_cols_into(ins, out, group, offset, len, y))
+}
+
+pub fn slice_cols_into(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    group: usize,
+    offset: usize,
+    len: usize,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "SliceCols";
     let x = act_f32(OP, &ins[0])?;
-    let mut y = vec![0.0f32; out.shape.numel()];
     let n_out = out.shape.0[0];
     let n_in = ins[0].act().shape.0[0];
-    par::rows(&mut y, n_out, n_out, |r, yr| {
+    par::rows(y, n_out, n_out, |r, yr| {
         let xr = &x[r * n_in..(r + 1) * n_in];
         for (yc, xc) in yr.chunks_mut(len).zip(xr.chunks(group)) {
             yc.copy_from_slice(&xc[offset..offset + len]);
         }
     });
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 pub fn slice_rows(ins: &[Value<'_>], out: &TensorMeta, start: usize) -> Result<Tensor, OpError> {
+    fresh("SliceRows", out, |y| slice_rows_into(ins, out, start, y))
+}
+
+pub fn slice_rows_into(ins: &[Value<'_>], out: &TensorMeta, start: usize, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "SliceRows";
     let x = act_f32(OP, &ins[0])?;
     let n = out.shape.0[0];
     let len = out.shape.0[1];
-    out_f32(OP, out, x[start * n..(start + len) * n].to_vec())
+    y.copy_from_slice(&x[start * n..(start + len) * n]);
+    Ok(())
 }
 
 pub fn reshape(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {

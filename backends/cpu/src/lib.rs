@@ -18,7 +18,7 @@ mod norm;
 mod par;
 mod rope;
 
-use pn_engine::{Backend, Node, Support};
+use pn_engine::{f32_out, i32_out, store_into, Backend, Node, Support};
 use pn_ops::reference::common::validate;
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 
@@ -58,9 +58,11 @@ impl CpuBackend {
         if runs_inline(op, ins, out) {
             // Small ops run on the caller's thread: handing them to the pool costs more
             // (a wake-up and a blocking wait per op) than the op itself. Their loops go
-            // through `par::rows`, which stays serial outside a pool.
-            return dispatch(op, ins, out, state);
+            // through `par::rows`, which stays serial for them (also inside a pass).
+            return par::inline(|| dispatch(op, ins, out, state));
         }
+        // Inside `run_pass` the caller already is one of this pool's threads: `install`
+        // then runs the op directly, without a hand-off.
         self.pool.install(|| dispatch(op, ins, out, state))
     }
 }
@@ -124,6 +126,62 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
             | Op::Rope { .. }
     );
     light && out.shape.numel() <= INLINE_MAX
+}
+
+/// Like [`dispatch`], writing into `out` (a persistent buffer of the runner); the hot ops
+/// write there directly, the others go through `dispatch` and a copy.
+fn dispatch_into(
+    op: &Op,
+    ins: &[Value<'_>],
+    meta: &TensorMeta,
+    state: Option<&mut LayerState>,
+    out: &mut Tensor,
+) -> Result<(), OpError> {
+    match (op, meta.dtype) {
+        (Op::TopK { k }, pn_ops::DType::I32) => return moe::topk_into(ins, meta, *k, i32_out(out, meta)),
+        (_, pn_ops::DType::F32) => {}
+        _ => {
+            store_into(out, dispatch(op, ins, meta, state)?);
+            return Ok(());
+        }
+    }
+    match op {
+        Op::Softmax => norm::softmax_into(ins, meta, f32_out(out, meta)),
+        Op::MoeWeights { normalize } => moe::moe_weights_into(ins, meta, *normalize, f32_out(out, meta)),
+        Op::GetRows => matmul::get_rows_into(ins, meta, f32_out(out, meta)),
+        Op::MatMul => matmul::matmul_into(ins, meta, f32_out(out, meta)),
+        Op::RmsNorm { eps } => norm::rms_norm_into(ins, meta, *eps, f32_out(out, meta)),
+        Op::L2Norm { eps } => norm::l2_norm_into(ins, meta, *eps, f32_out(out, meta)),
+        Op::Rope {
+            n_rot,
+            mode,
+            freq_base,
+            freq_scale,
+        } => rope::rope_into(ins, meta, *n_rot, *mode, *freq_base, *freq_scale, f32_out(out, meta)),
+        Op::Conv1dCausal { d_conv, state: _ } => {
+            delta::conv1d_causal_into(ins, meta, state, *d_conv, f32_out(out, meta))
+        }
+        Op::DeltaRule { state: _ } => delta::delta_rule_into(ins, meta, state, f32_out(out, meta)),
+        Op::MoeExperts { merged_gate_up } => {
+            moe::moe_experts_into(ins, meta, *merged_gate_up, f32_out(out, meta))
+        }
+        Op::Unary(u) => elementwise::unary_into(ins, meta, *u, f32_out(out, meta)),
+        Op::Binary(b) => elementwise::binary_into(ins, meta, *b, f32_out(out, meta)),
+        Op::SliceCols { group, offset, len } => {
+            elementwise::slice_cols_into(ins, meta, *group, *offset, *len, f32_out(out, meta))
+        }
+        Op::SliceRows { start, len: _ } => {
+            elementwise::slice_rows_into(ins, meta, *start, f32_out(out, meta))
+        }
+        Op::Reshape(_) if matches!(ins.first(), Some(Value::Act(t)) if t.dtype() == pn_ops::DType::F32) => {
+            f32_out(out, meta).copy_from_slice(ins[0].act().as_f32());
+            Ok(())
+        }
+        _ => {
+            store_into(out, dispatch(op, ins, meta, state)?);
+            Ok(())
+        }
+    }
 }
 
 fn dispatch(
@@ -194,5 +252,39 @@ impl Backend for CpuBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         self.run(op, inputs, out, state)
+    }
+
+    fn execute_into(
+        &self,
+        op: &Op,
+        inputs: &[Value<'_>],
+        meta: &TensorMeta,
+        state: Option<&mut LayerState>,
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        validate(op, inputs, meta)?;
+        if runs_inline(op, inputs, meta) {
+            return par::inline(|| dispatch_into(op, inputs, meta, state, out));
+        }
+        self.pool.install(|| dispatch_into(op, inputs, meta, state, out))
+    }
+
+    /// The whole segment on one of this backend's threads: heavy ops then start their
+    /// parallel loops from inside the pool (no wake-up and blocking wait per op), and the
+    /// light ones run inline there as before.
+    fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
+        self.pool.install(f)
+    }
+
+    /// The sequences of a multi-sequence step concurrently on this backend's pool
+    /// (`CpuBackend::run_multi`, in attention.rs).
+    fn execute_multi(
+        &self,
+        op: &Op,
+        inputs: &[Vec<Value<'_>>],
+        outs: &[TensorMeta],
+        states: &mut [Option<&mut LayerState>],
+    ) -> Result<Vec<Tensor>, OpError> {
+        self.run_multi(op, inputs, outs, states)
     }
 }

@@ -14,6 +14,13 @@ const ROW_BLOCK: usize = 16;
 const ROW_BLOCK_BATCH: usize = 64;
 
 pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    get_rows_into(ins, out, &mut y)?;
+    out_f32("GetRows", out, y)
+}
+
+/// `get_rows` into `y` (every element written).
+pub fn get_rows_into(ins: &[Value<'_>], _out: &TensorMeta, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "GetRows";
     let table = weight(OP, &ins[0])?;
     let ids = act_i32(OP, &ins[1])?;
@@ -25,9 +32,9 @@ pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> 
             msg: format!("token id {id} out of range (vocab size {vocab})"),
         });
     }
-    let mut y = vec![0.0f32; k * ids.len()];
+    crate::norm::len_check(OP, k * ids.len(), y.len())?;
     let err = std::sync::Mutex::new(None);
-    par::rows(&mut y, k, 4 * k, |t, row| {
+    par::rows(y, k, 4 * k, |t, row| {
         if let Err(e) = quant::dequantize_row(table.ty, table.row(ids[t] as usize), row) {
             *err.lock().unwrap() = Some(qerr(OP, e));
         }
@@ -35,15 +42,17 @@ pub fn get_rows(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> 
     if let Some(e) = err.into_inner().unwrap() {
         return Err(e);
     }
-    out_f32(OP, out, y)
+    Ok(())
 }
 
-/// Convert `t` activation rows of `k` floats to `at` (`rb` bytes each), in parallel.
-pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
+/// Convert `t` activation rows of `k` floats to `at` (`rb` bytes each) into `q` (resized;
+/// its allocation reused), in parallel.
+pub fn quantize_rows_to(at: GgmlType, x: &[f32], k: usize, rb: usize, q: &mut Vec<u8>) {
     let t = x.len().checked_div(k).unwrap_or(0);
-    let mut q = vec![0u8; t * rb];
+    q.clear();
+    q.resize(t * rb, 0);
     if rb == 0 {
-        return q;
+        return;
     }
     if t <= 1 || t * k < par::SERIAL_WORK || par::outside_pool() {
         for (i, r) in q.chunks_mut(rb).enumerate() {
@@ -54,7 +63,35 @@ pub fn quantize_rows(at: GgmlType, x: &[f32], k: usize, rb: usize) -> Vec<u8> {
             .enumerate()
             .for_each(|(i, r)| quant::quantize_row(at, &x[i * k..(i + 1) * k], r));
     }
-    q
+}
+
+thread_local! {
+    /// Per-thread scratch reused from op to op (taken out while in use, so a nested
+    /// call on the same thread just allocates its own).
+    static XQ: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    static TMP: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's scratch byte buffer.
+pub(crate) fn with_xq<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
+    let mut v = XQ.with(|c| c.take());
+    let r = f(&mut v);
+    XQ.with(|c| c.set(v));
+    r
+}
+
+/// Largest scratch kept between calls (floats): bigger ones (a long prefill's logits)
+/// are freed after the call, so they do not add to the resident set for good.
+const TMP_KEEP: usize = 1 << 20;
+
+/// Runs `f` with this thread's scratch float buffer.
+pub(crate) fn with_tmp<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
+    let mut v = TMP.with(|c| c.take());
+    let r = f(&mut v);
+    if v.capacity() <= TMP_KEEP {
+        TMP.with(|c| c.set(v));
+    }
+    r
 }
 
 /// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds
@@ -89,7 +126,9 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
         return;
     }
     // Compute [n][t] blocks (rows × tokens, tiled), then transpose into [t][n].
-    let mut tmp = vec![0.0f32; n * t];
+    with_tmp(|tmp| {
+    tmp.clear();
+    tmp.resize(n * t, 0.0);
     let block = |b: usize, ys: &mut [f32]| {
         let r0 = b * ROW_BLOCK_BATCH;
         let nr = ys.len() / t;
@@ -105,10 +144,18 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
             .enumerate()
             .for_each(|(b, ys)| block(b, ys));
     }
-    par::transpose(&tmp, n, t, y);
+    par::transpose(tmp, n, t, y);
+    })
 }
 
 pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    matmul_into(ins, out, &mut y)?;
+    out_f32("MatMul", out, y)
+}
+
+/// `matmul` into `y` (every element written).
+pub fn matmul_into(ins: &[Value<'_>], out: &TensorMeta, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "MatMul";
     let w = weight(OP, &ins[0])?;
     let x = act_f32(OP, &ins[1])?;
@@ -122,8 +169,10 @@ pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
         });
     }
     let (at, rb) = act_format(OP, w.ty, k)?;
-    let xq = quantize_rows(at, x, k, rb);
-    let mut y = vec![0.0f32; n * t];
-    gemm(w.ty, k, n, w.bytes, &xq, rb, t, &mut y);
-    out_f32(OP, out, y)
+    crate::norm::len_check(OP, n * t, y.len())?;
+    with_xq(|xq| {
+        quantize_rows_to(at, x, k, rb, xq);
+        gemm(w.ty, k, n, w.bytes, xq, rb, t, y);
+    });
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! result is kept, and finally each token sums its slots in selection order — the
 //! reference's order, whatever the batch.
 
-use crate::matmul::quantize_rows;
+use crate::matmul::quantize_rows_to;
 use crate::par;
 use pn_ops::reference::common::{
     act_f32, act_format, act_i32, out_f32, out_i32, silu, topk_before, MOE_MIN_WEIGHT_SUM,
@@ -20,12 +20,19 @@ thread_local! {
 }
 
 pub fn topk(ins: &[Value<'_>], out: &TensorMeta, k: usize) -> Result<Tensor, OpError> {
+    let mut y = vec![0i32; out.shape.numel()];
+    topk_into(ins, out, k, &mut y)?;
+    out_i32("TopK", out, y)
+}
+
+/// `topk` into `y` (every element written).
+pub fn topk_into(ins: &[Value<'_>], out: &TensorMeta, k: usize, y: &mut [i32]) -> Result<(), OpError> {
     const OP: &str = "TopK";
     let x = act_f32(OP, &ins[0])?;
     let n = ins[0].act().shape.0[0];
     let rows = out.shape.rows();
-    let mut y = vec![0i32; k * rows];
-    par::rows(&mut y, k, 8 * n, |r, yr| {
+    crate::norm::len_check(OP, k * rows, y.len())?;
+    par::rows(y, k, 8 * n, |r, yr| {
         let xr = &x[r * n..(r + 1) * n];
         IDX.with(|idx| {
             let mut idx = idx.borrow_mut();
@@ -43,7 +50,7 @@ pub fn topk(ins: &[Value<'_>], out: &TensorMeta, k: usize) -> Result<Tensor, OpE
             }
         });
     });
-    out_i32(OP, out, y)
+    Ok(())
 }
 
 pub fn moe_weights(
@@ -51,6 +58,13 @@ pub fn moe_weights(
     out: &TensorMeta,
     normalize: bool,
 ) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    moe_weights_into(ins, out, normalize, &mut y)?;
+    out_f32("MoeWeights", out, y)
+}
+
+/// `moe_weights` into `y` (every element written).
+pub fn moe_weights_into(ins: &[Value<'_>], out: &TensorMeta, normalize: bool, y: &mut [f32]) -> Result<(), OpError> {
     const OP: &str = "MoeWeights";
     let p = act_f32(OP, &ins[0])?;
     let ids = act_i32(OP, &ins[1])?;
@@ -69,8 +83,8 @@ pub fn moe_weights(
             msg: format!("expert id {id} out of range ({e} experts)"),
         });
     }
-    let mut y = vec![0.0f32; k * t];
-    par::rows(&mut y, k, 4 * k, |ti, row| {
+    crate::norm::len_check(OP, k * t, y.len())?;
+    par::rows(y, k, 4 * k, |ti, row| {
         for (r, w) in row.iter_mut().enumerate() {
             *w = p[ti * e + ids[ti * k + r] as usize];
         }
@@ -85,7 +99,7 @@ pub fn moe_weights(
             }
         }
     });
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 /// Tokens per pass over the experts: longer batches run in blocks, which bounds the
@@ -98,6 +112,13 @@ const MOE_TOKEN_BLOCK: usize = 128;
 const OP: &str = "MoeExperts";
 
 pub fn moe_experts(ins: &[Value<'_>], out: &TensorMeta, merged: bool) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    moe_experts_into(ins, out, merged, &mut y)?;
+    out_f32(OP, out, y)
+}
+
+/// `moe_experts` into `y` (every element written).
+pub fn moe_experts_into(ins: &[Value<'_>], out: &TensorMeta, merged: bool, y: &mut [f32]) -> Result<(), OpError> {
     let x = act_f32(OP, &ins[0])?;
     let ids = act_i32(OP, &ins[1])?;
     let wts = act_f32(OP, &ins[2])?;
@@ -115,20 +136,73 @@ pub fn moe_experts(ins: &[Value<'_>], out: &TensorMeta, merged: bool) -> Result<
     for &id in ids {
         ex.check_id(OP, id)?;
     }
-    if t <= MOE_TOKEN_BLOCK {
-        return out_f32(OP, out, moe_block(&ex, x, ids, wts, top, t)?);
-    }
-    let mut y = Vec::with_capacity(kd * t);
+    crate::norm::len_check(OP, kd * t, y.len())?;
+    let mut sc = SCRATCH.with(|c| c.take());
+    let mut res = Ok(());
     for t0 in (0..t).step_by(MOE_TOKEN_BLOCK) {
         let n = MOE_TOKEN_BLOCK.min(t - t0);
         let (s0, s1) = (t0 * top, (t0 + n) * top);
-        y.extend(moe_block(&ex, &x[t0 * kd..(t0 + n) * kd], &ids[s0..s1], &wts[s0..s1], top, n)?);
+        let yb = &mut y[t0 * kd..(t0 + n) * kd];
+        res = moe_block(&ex, &x[t0 * kd..(t0 + n) * kd], &ids[s0..s1], &wts[s0..s1], top, n, yb, &mut sc);
+        if res.is_err() {
+            break;
+        }
     }
-    out_f32(OP, out, y)
+    SCRATCH.with(|c| c.set(sc));
+    res
 }
 
-/// The routed experts for `t` tokens (ids already checked): `[K][t]` results.
-fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize, t: usize) -> Result<Vec<f32>, OpError> {
+/// Buffers of `moe_block` reused from call to call (per thread, taken out while in use).
+#[derive(Default)]
+struct MoeScratch {
+    counts: Vec<usize>,
+    starts: Vec<usize>,
+    order: Vec<usize>,
+    active: Vec<usize>,
+    at: Vec<usize>,
+    xq: Vec<u8>,
+    xgs: Vec<u8>,
+    xus: Vec<u8>,
+    hq: Vec<u8>,
+    gu: Vec<f32>,
+    res: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<MoeScratch> = std::cell::Cell::new(MoeScratch::default());
+}
+
+/// `v` cleared and resized to `n` copies of `x` (its allocation reused).
+fn reset<T: Clone>(v: &mut Vec<T>, n: usize, x: T) {
+    v.clear();
+    v.resize(n, x);
+}
+
+/// The routed experts for `t` tokens (ids already checked): `[K][t]` results in `y`.
+#[allow(clippy::too_many_arguments)]
+fn moe_block(
+    ex: &ExpertSet<'_>,
+    x: &[f32],
+    ids: &[i32],
+    wts: &[f32],
+    top: usize,
+    t: usize,
+    y: &mut [f32],
+    sc: &mut MoeScratch,
+) -> Result<(), OpError> {
+    let MoeScratch {
+        counts,
+        starts,
+        order,
+        active,
+        at,
+        xq,
+        xgs,
+        xus,
+        hq,
+        gu,
+        res,
+    } = sc;
     let merged = ex.merged;
     let (kd, f, ne) = (ex.k, ex.f, ex.e);
     let (gt, grb) = act_format(OP, ex.gate.ty, kd)?;
@@ -138,65 +212,65 @@ fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize
 
     // Route: validate ids, then a stable counting sort of the slots by expert. `order`
     // lists the slots expert by expert; expert e owns order[starts[e]..starts[e + 1]].
-    let mut counts = vec![0usize; ne + 1];
+    reset(counts, ne + 1, 0);
     for &id in ids {
         counts[id as usize + 1] += 1;
     }
     for e in 0..ne {
         counts[e + 1] += counts[e];
     }
-    let starts = counts.clone();
-    let mut order = vec![0usize; n_slots];
+    starts.clear();
+    starts.extend_from_slice(counts);
+    let starts = &*starts;
+    reset(order, n_slots, 0);
     for (slot, &id) in ids.iter().enumerate() {
         let e = id as usize;
         order[counts[e]] = slot;
         counts[e] += 1;
     }
-    let active: Vec<usize> = (0..ne).filter(|&e| starts[e + 1] > starts[e]).collect();
+    let order = &*order;
+    active.clear();
+    active.extend((0..ne).filter(|&e| starts[e + 1] > starts[e]));
+    let active = &*active;
 
     // Each token's x converted once per activation type, then gathered in `order`.
-    let gather = |src: &[u8], rb: usize| -> Vec<u8> {
-        let mut q = Vec::with_capacity(n_slots * rb);
-        for &s in &order {
+    let gather = |src: &[u8], rb: usize, q: &mut Vec<u8>| {
+        q.clear();
+        for &s in order {
             let tok = s / top;
             q.extend_from_slice(&src[tok * rb..(tok + 1) * rb]);
         }
-        q
     };
-    let xgs = gather(&quantize_rows(gt, x, kd, grb), grb);
+    quantize_rows_to(gt, x, kd, grb, xq);
+    gather(xq, grb, xgs);
+    let xgs = &*xgs;
     let xus = if merged || ut == gt {
         None
     } else {
-        Some(gather(&quantize_rows(ut, x, kd, urb), urb))
+        quantize_rows_to(ut, x, kd, urb, xq);
+        gather(xq, urb, xus);
+        Some(&*xus)
     };
 
     // Phase 1, gate and up of every active expert as one parallel loop over (expert,
     // block of rows): expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
-    let gu_w: Vec<(&[u8], &[u8])> = (0..ne)
-        .map(|e| {
-            if active.binary_search(&e).is_ok() {
-                (ex.gate.expert(e).bytes, ex.up.expert(e).bytes)
-            } else {
-                (&[][..], &[][..])
-            }
-        })
-        .collect();
+    let gu_w = |e: usize| -> (&[u8], &[u8]) { (ex.gate.expert(e).bytes, ex.up.expert(e).bytes) };
     let gwrb = ex.gate.ty.row_bytes(kd).unwrap_or(0);
     let uwrb = ex.up.ty.row_bytes(kd).unwrap_or(0);
-    let mut gu = vec![0.0f32; n_slots * 2 * f];
-    expert_blocks(&mut gu, &active, &starts, 2 * f, kd, |e, r0, nr, ys| {
+    reset(gu, n_slots * 2 * f, 0.0);
+    expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, ys| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         // rows r0..r0+nr of [gate (F rows); up (F rows)], split where they meet
         let mut r = r0;
         while r < r0 + nr {
             let (ty, w, wrb, xs, rb, row, end) = if r < f {
-                (ex.gate.ty, gu_w[e].0, gwrb, &xgs, grb, r, (r0 + nr).min(f))
+                (ex.gate.ty, gu_w(e).0, gwrb, xgs, grb, r, (r0 + nr).min(f))
             } else if merged {
-                (ex.gate.ty, gu_w[e].0, gwrb, &xgs, grb, r, r0 + nr)
+                (ex.gate.ty, gu_w(e).0, gwrb, xgs, grb, r, r0 + nr)
             } else {
-                let xs = xus.as_ref().unwrap_or(&xgs);
+                let xs = xus.unwrap_or(xgs);
                 let rb = if xus.is_some() { urb } else { grb };
-                (ex.up.ty, gu_w[e].1, uwrb, xs, rb, r - f, r0 + nr)
+                (ex.up.ty, gu_w(e).1, uwrb, xs, rb, r - f, r0 + nr)
             };
             let w = w.get(row * wrb..).unwrap_or(&[]);
             let o = &mut ys[(r - r0) * n..(end - r0) * n];
@@ -207,8 +281,9 @@ fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize
 
     // Hidden silu(g) ⊙ u of every slot, computed along the [F][n_e] rows, turned into
     // slot rows (in `order`) and converted for the down projection: one task per expert.
-    let mut hq = vec![0u8; n_slots * drb];
-    per_expert(&mut hq, &active, &starts, drb, |e, q| {
+    let gu = &*gu;
+    reset(hq, n_slots * drb, 0);
+    per_expert(hq, active, starts, drb, |e, q| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         let g = &gu[2 * f * s0..2 * f * (s0 + n)];
         HID.with(|h| {
@@ -227,14 +302,15 @@ fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize
 
     // Phase 2, down: expert e's results at res[kd·starts[e]..] as [K rows][n_e].
     let dwrb = ex.down.ty.row_bytes(f).unwrap_or(0);
-    let mut res = vec![0.0f32; n_slots * kd];
-    expert_blocks(&mut res, &active, &starts, kd, f, |e, r0, nr, ys| {
+    let hq = &*hq;
+    reset(res, n_slots * kd, 0.0);
+    expert_blocks(res, active, starts, kd, f, |e, r0, nr, ys| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         let w = ex.down.expert(e).bytes.get(r0 * dwrb..).unwrap_or(&[]);
         tiles(ex.down.ty, f, w, dwrb, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys);
     });
     // ... turned into slot rows (in `order`), in place (through a per-thread copy).
-    per_expert(&mut res, &active, &starts, kd, |e, d| {
+    per_expert(res, active, starts, kd, |e, d| {
         let n = starts[e + 1] - starts[e];
         HID.with(|h| {
             let mut h = h.borrow_mut();
@@ -243,17 +319,18 @@ fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize
             par::transpose(&h, kd, n, d);
         });
     });
-    let rs = res;
+    let rs = &*res;
 
     // Where each slot's result lives: its index in `order`.
-    let mut at = vec![0usize; n_slots];
+    reset(at, n_slots, 0);
     for (i, &s) in order.iter().enumerate() {
         at[s] = i;
     }
+    let at = &*at;
     // Each token sums its slots in selection order, each result scaled first (as the
     // reference: v = o·w, then acc += v).
-    let mut y = vec![0.0f32; kd * t];
-    par::rows(&mut y, kd, kd * top, |ti, acc| {
+    y.fill(0.0);
+    par::rows(y, kd, kd * top, |ti, acc| {
         for r in 0..top {
             let s = ti * top + r;
             let o = &rs[at[s] * kd..(at[s] + 1) * kd];
@@ -263,7 +340,7 @@ fn moe_block(ex: &ExpertSet<'_>, x: &[f32], ids: &[i32], wts: &[f32], top: usize
             }
         }
     });
-    Ok(y)
+    Ok(())
 }
 
 thread_local! {
@@ -271,23 +348,49 @@ thread_local! {
 }
 
 /// Splits `buf` into the active experts' regions (`per_slot` items per slot, expert e
-/// at `per_slot·starts[e]`) and runs `f(e, region)` on each, in parallel.
+/// at `per_slot·starts[e]`) and runs `f(e, region)` on each, in parallel (recursive
+/// halving with `rayon::join`: no task list to allocate).
 fn per_expert<T: Send, F>(buf: &mut [T], active: &[usize], starts: &[usize], per_slot: usize, f: F)
 where
     F: Fn(usize, &mut [T]) + Sync + Send,
 {
-    let mut tasks: Vec<(usize, &mut [T])> = Vec::new();
-    let mut rest = buf;
-    for &e in active {
-        let n = starts[e + 1] - starts[e];
-        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(per_slot * n);
-        rest = tail;
-        tasks.push((e, mine));
-    }
-    if tasks.len() <= 1 || per_slot * starts[starts.len() - 1] < par::SERIAL_WORK || par::outside_pool() {
-        tasks.into_iter().for_each(|(e, b)| f(e, b));
-    } else {
-        tasks.into_par_iter().for_each(|(e, b)| f(e, b));
+    let serial = active.len() <= 1
+        || per_slot * starts[starts.len() - 1] < par::SERIAL_WORK
+        || par::outside_pool();
+    split_experts(buf, active, starts, per_slot, serial, &|e, b| f(e, b));
+}
+
+/// `g(e, region of e)` for every active expert, the regions of `buf` laid out in order
+/// (`per_slot` items per slot of `starts`); in parallel unless `serial`.
+fn split_experts<T: Send>(
+    buf: &mut [T],
+    active: &[usize],
+    starts: &[usize],
+    per_slot: usize,
+    serial: bool,
+    g: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    match active {
+        [] => {}
+        [e] => g(*e, &mut buf[..per_slot * (starts[*e + 1] - starts[*e])]),
+        _ if serial => {
+            let mut rest = buf;
+            for &e in active {
+                let n = starts[e + 1] - starts[e];
+                let (mine, tail) = std::mem::take(&mut rest).split_at_mut(per_slot * n);
+                rest = tail;
+                g(e, mine);
+            }
+        }
+        _ => {
+            let mid = active.len() / 2;
+            let cut = per_slot * (starts[active[mid]] - starts[active[0]]);
+            let (l, r) = buf.split_at_mut(cut);
+            rayon::join(
+                || split_experts(l, &active[..mid], starts, per_slot, serial, g),
+                || split_experts(r, &active[mid..], starts, per_slot, serial, g),
+            );
+        }
     }
 }
 
@@ -301,26 +404,20 @@ fn expert_blocks<F>(buf: &mut [f32], active: &[usize], starts: &[usize], rows: u
 where
     F: Fn(usize, usize, usize, &mut [f32]) + Sync + Send,
 {
-    let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
-    let mut rest = buf;
-    for &e in active {
+    let total = rows * active.iter().map(|&e| starts[e + 1] - starts[e]).sum::<usize>() * k;
+    let blocks = active.len() * rows.div_ceil(EXPERT_ROWS);
+    let serial = total < par::SERIAL_WORK || blocks <= 1 || par::outside_pool();
+    split_experts(buf, active, starts, rows, serial, &|e, mine| {
         let n = starts[e + 1] - starts[e];
-        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(rows * n);
-        rest = tail;
-        for (b, chunk) in mine.chunks_mut(EXPERT_ROWS * n).enumerate() {
-            tasks.push((e, b * EXPERT_ROWS, chunk));
+        let run = |b: usize, ys: &mut [f32]| f(e, b * EXPERT_ROWS, ys.len() / n, ys);
+        if serial {
+            mine.chunks_mut(EXPERT_ROWS * n).enumerate().for_each(|(b, ys)| run(b, ys));
+        } else {
+            mine.par_chunks_mut(EXPERT_ROWS * n)
+                .enumerate()
+                .for_each(|(b, ys)| run(b, ys));
         }
-    }
-    let total: usize = tasks.iter().map(|t| t.2.len()).sum::<usize>() * k;
-    let run = |(e, r0, ys): (usize, usize, &mut [f32])| {
-        let n = starts[e + 1] - starts[e];
-        f(e, r0, ys.len() / n, ys)
-    };
-    if total < par::SERIAL_WORK || tasks.len() <= 1 || par::outside_pool() {
-        tasks.into_iter().for_each(run);
-    } else {
-        tasks.into_par_iter().for_each(run);
-    }
+    });
 }
 
 /// `o[r·n + j] = vec_dot(row r of w, xs[j])` for r < nr, j < n.

@@ -3,11 +3,31 @@
 //! computes, so results do not depend on the thread count.
 
 use rayon::prelude::*;
+use std::cell::Cell;
 
-/// Whether the caller is outside any rayon pool (an op run inline, see `lib.rs`): loops
-/// then stay serial rather than fall into rayon's global pool.
+thread_local! {
+    /// Set while an op runs inline (see `lib.rs`): its loops stay serial even when the
+    /// caller is a pool thread (a whole pass runs on one, [`crate::CpuBackend`]'s
+    /// `run_pass`).
+    static INLINE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether loops must stay serial: the caller is outside any rayon pool (they would
+/// otherwise fall into rayon's global pool), or runs a light op inline.
 pub fn outside_pool() -> bool {
-    rayon::current_thread_index().is_none()
+    rayon::current_thread_index().is_none() || INLINE.with(Cell::get)
+}
+
+/// Runs `f` with every `par` loop (and `outside_pool` check) serial on this thread.
+pub fn inline<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            INLINE.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(INLINE.with(|c| c.replace(true)));
+    f()
 }
 
 /// Below this many "work units" (roughly flops) a loop runs on the calling thread.

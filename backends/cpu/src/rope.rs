@@ -17,6 +17,21 @@ pub fn rope(
     freq_base: f32,
     freq_scale: f32,
 ) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    rope_into(ins, out, n_rot, mode, freq_base, freq_scale, &mut y)?;
+    out_f32("Rope", out, y)
+}
+
+/// `rope` into `y` (every element written).
+pub fn rope_into(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    n_rot: usize,
+    mode: RopeMode,
+    freq_base: f32,
+    freq_scale: f32,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "Rope";
     let x = act_f32(OP, &ins[0])?;
     let pos = act_i32(OP, &ins[1])?;
@@ -28,11 +43,15 @@ pub fn rope(
         });
     }
     // Validate the mode once (angles for position 0) so the parallel loop cannot fail.
-    let mut probe = vec![0.0f32; n_rot];
-    rope_angles(OP, mode, n_rot, freq_base, freq_scale, 0, &mut probe)?;
-    let mut y = x.to_vec();
+    ANGLES.with(|cs| {
+        let mut cs = cs.borrow_mut();
+        cs.resize(n_rot, 0.0);
+        rope_angles(OP, mode, n_rot, freq_base, freq_scale, 0, &mut cs)
+    })?;
+    crate::norm::len_check(OP, x.len(), y.len())?;
+    y.copy_from_slice(x);
     // One row = all heads of one token (of one ne3 slice).
-    par::rows(&mut y, d * h, d * h + 8 * n_rot, |r, row| {
+    par::rows(y, d * h, d * h + 8 * n_rot, |r, row| {
         let p = pos[r % t.max(1)];
         ANGLES.with(|cs| {
             let mut cs = cs.borrow_mut();
@@ -44,5 +63,5 @@ pub fn rope(
             }
         });
     });
-    out_f32(OP, out, y)
+    Ok(())
 }

@@ -4,6 +4,13 @@
 //! best-fitting gap among the values whose lifetimes overlap it (TFLite's "greedy by
 //! size"). Lifetimes are inclusive ranges of schedule steps, so an op's output never
 //! shares memory with its own inputs.
+//!
+//! The CPU runner executes the plan through [`MemPlan::slots`]: the same lifetimes, but
+//! values with disjoint lifetimes share one *buffer slot* (a persistent `Vec` that the
+//! backend writes into, `Backend::execute_into`) instead of an offset in one block, so
+//! every output is an owned tensor the borrow checker can hand out while its inputs are
+//! read. Slots are kept across steps and geometries (sized for the worst case,
+//! `ubatch` tokens), so their allocations never move once reserved.
 
 use super::place::DieIx;
 use crate::graph::NodeId;
@@ -52,6 +59,24 @@ pub struct MemPlan {
     pub arena: Vec<usize>,
     /// Sum of all buffer sizes per die (what no reuse would cost).
     pub naive: Vec<usize>,
+}
+
+/// Buffer slots: each buffer's slot (by buffer index) and each slot's size, per die.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Slots {
+    /// Slot of `buffers[i]` within its die and class.
+    pub of: Vec<usize>,
+    /// Bytes of each slot, per (die, class): `bytes[die][class][slot]`.
+    pub bytes: Vec<Vec<Vec<usize>>>,
+}
+
+impl Slots {
+    /// Total bytes of the slots of `die` (what the slot arena costs).
+    pub fn die_bytes(&self, die: DieIx) -> usize {
+        self.bytes
+            .get(die)
+            .map_or(0, |c| c.iter().flatten().sum())
+    }
 }
 
 /// Two simultaneously-live buffers of one die overlap.
@@ -121,6 +146,51 @@ impl MemPlan {
             arena,
             naive,
         }
+    }
+
+    /// Assigns every buffer a slot: buffers of one die and one `class` (e.g. the element
+    /// type, so a slot never changes type) whose lifetimes are disjoint share a slot.
+    /// Greedy by size (TFLite's shared-object assignment): largest buffer first, each
+    /// into the smallest existing slot that is free for its whole lifetime, else a new
+    /// slot of its size, so a slot's size is that of its first (largest) buffer. Two
+    /// buffers that are live together never share a slot (in particular an op's output
+    /// and its inputs).
+    pub fn slots(&self, class: &dyn Fn(usize) -> usize) -> Slots {
+        let mut order: Vec<usize> = (0..self.buffers.len()).collect();
+        order.sort_by_key(|&i| {
+            let b = &self.buffers[i];
+            (std::cmp::Reverse(b.bytes), b.start, i)
+        });
+        let n_dies = self
+            .arena
+            .len()
+            .max(1 + self.buffers.iter().map(|b| b.die).max().unwrap_or(0));
+        let mut bytes: Vec<Vec<Vec<usize>>> = vec![Vec::new(); n_dies];
+        // per (die, class, slot): the lifetimes assigned to it
+        type Spans = Vec<Vec<(usize, usize)>>;
+        let mut spans: Vec<Vec<Spans>> = vec![Vec::new(); n_dies];
+        let mut of = vec![0usize; self.buffers.len()];
+        for i in order {
+            let b = &self.buffers[i];
+            let c = class(i);
+            if bytes[b.die].len() <= c {
+                bytes[b.die].resize(c + 1, Vec::new());
+                spans[b.die].resize(c + 1, Vec::new());
+            }
+            let (sizes, busy) = (&mut bytes[b.die][c], &mut spans[b.die][c]);
+            let free = |s: &usize| busy[*s].iter().all(|&(s0, e0)| e0 < b.start || b.end < s0);
+            let slot = (0..sizes.len())
+                .filter(free)
+                .min_by_key(|&s| (sizes[s], s))
+                .unwrap_or_else(|| {
+                    sizes.push(b.bytes);
+                    busy.push(Vec::new());
+                    sizes.len() - 1
+                });
+            busy[slot].push((b.start, b.end));
+            of[i] = slot;
+        }
+        Slots { of, bytes }
     }
 
     /// No two simultaneously-live buffers of one die overlap.

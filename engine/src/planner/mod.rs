@@ -10,7 +10,12 @@
 //! 2. segments: maximal runs of nodes on one die, with an explicit [`Transfer`] for every
 //!    computed value read on the other die (for a layer split: the boundary hidden state
 //!    `l_out-{split-1}`, and nothing else).
-//! 3. memory ([`memory`]): per-die arenas by liveness, offsets fixed for the geometry.
+//! 3. memory ([`memory`]): per-die arenas by liveness, offsets fixed for the geometry;
+//!    [`MemPlan::slots`] turns the same lifetimes into buffer slots (values with disjoint
+//!    lifetimes share one), which the runner executes: each slot is one persistent
+//!    buffer per die, shared by all geometries and reserved for the worst case
+//!    (`ubatch` tokens), that the backend writes op outputs into
+//!    (`Backend::execute_into`), so a step allocates no activations.
 //! 4. capture units: segments of a stable geometry (decode, 1 token) are marked
 //!    capturable; the runner replays them from a prebuilt op list after one plain run
 //!    (the CUDA backend will capture them as CUDA graphs).
@@ -25,7 +30,7 @@ pub mod place;
 pub mod program;
 
 pub use device::{Device, DeviceKind, Override, Placement, PlacementError, Source};
-pub use memory::{BufKind, Buffer, MemPlan};
+pub use memory::{BufKind, Buffer, MemPlan, Slots};
 pub use place::{Cause, DieIx, NodePlan, Segment, Transfer};
 
 use crate::graph::{Graph, NodeId};

@@ -2,12 +2,33 @@
 //! to materialize and the ops with their inputs resolved to value slots or weight
 //! indices, their state index and the values that die after them. Built once per
 //! geometry, so a step does no graph walking, name lookup or hashing.
+//!
+//! Every value slot is bound to a buffer slot of the memory plan ([`Program::phys`],
+//! from [`super::MemPlan::slots`]): values whose lifetimes are disjoint share one
+//! persistent buffer, which the backend overwrites in place (`Backend::execute_into`).
 
 use super::{DieIx, Plan};
 use crate::graph::{Graph, NodeId};
-use pn_ops::Op;
+use pn_ops::{DType, Op};
 use smallvec::SmallVec;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+
+/// Buffer slot classes (a slot never changes element type; the graph output is handed to
+/// the caller, so it gets a slot of its own).
+pub const CLASS_F32: usize = 0;
+pub const CLASS_I32: usize = 1;
+pub const CLASS_OUTPUT: usize = 2;
+/// Values the memory plan has no buffer for (none today): one private slot each.
+pub const CLASS_PRIVATE: usize = 3;
+pub const N_CLASSES: usize = 4;
+
+/// Where a value slot lives: (die, class, buffer slot).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Phys {
+    pub die: DieIx,
+    pub class: usize,
+    pub slot: usize,
+}
 
 /// An op's input: a value slot or a weight (index into [`Program::weights`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -29,7 +50,8 @@ pub struct OpStep {
     pub inputs: SmallVec<[Src; 6]>,
     pub state: Option<usize>,
     pub out: u32,
-    /// Value slots whose last reader is this op (dropped after it).
+    /// Value slots whose last reader is this op (their buffer slot is free after it; the
+    /// runner keeps the buffer for the next value assigned to it).
     pub frees: SmallVec<[u32; 4]>,
 }
 
@@ -54,10 +76,14 @@ pub struct WeightRef {
 pub struct Program {
     pub segs: Vec<SegProgram>,
     pub n_values: usize,
-    /// Slots kept from step to step (inputs, transfer destinations): refilled in place.
+    /// Inputs and transfer destinations (refilled at the start of their segment).
     pub persistent: Vec<bool>,
     pub weights: Vec<WeightRef>,
     pub output: u32,
+    /// The buffer slot of each value slot.
+    pub phys: Vec<Phys>,
+    /// Bytes of every buffer slot: `slot_bytes[die][class][slot]`.
+    pub slot_bytes: Vec<Vec<Vec<usize>>>,
 }
 
 /// Builds the program; `tensor_of` maps a weight name to its GGUF tensor index.
@@ -68,13 +94,16 @@ pub fn build(
 ) -> Result<Program, String> {
     let mut slot: HashMap<(usize, DieIx), u32> = HashMap::new();
     let mut persistent: Vec<bool> = Vec::new();
-    let new_slot = |slot: &mut HashMap<(usize, DieIx), u32>,
-                    key: (usize, DieIx),
-                    keep: bool,
-                    persistent: &mut Vec<bool>|
+    // (node, die) of every value slot, in creation order
+    let mut order_keys: Vec<(usize, DieIx)> = Vec::new();
+    let mut new_slot = |slot: &mut HashMap<(usize, DieIx), u32>,
+                        key: (usize, DieIx),
+                        keep: bool,
+                        persistent: &mut Vec<bool>|
      -> u32 {
         let s = persistent.len() as u32;
         persistent.push(keep);
+        order_keys.push(key);
         slot.insert(key, s);
         s
     };
@@ -151,6 +180,48 @@ pub fn build(
     let output = *slot
         .get(&(out_node.index(), plan.nodes[out_node.index()].die))
         .ok_or("the output is not computed")?;
+    // Bind value slots to the memory plan's buffers (created in the same order: per
+    // segment transfers in, inputs, then nodes), then to their buffer slots.
+    let mut bufq: HashMap<(usize, DieIx), VecDeque<usize>> = HashMap::new();
+    for (i, b) in plan.mem.buffers.iter().enumerate() {
+        bufq.entry((b.value.index(), b.die)).or_default().push_back(i);
+    }
+    let class_of = |node: usize| -> usize {
+        if g.outputs.first().map(|o| o.index()) == Some(node) {
+            CLASS_OUTPUT
+        } else if g.node(NodeId::new(node)).out.dtype == DType::I32 {
+            CLASS_I32
+        } else {
+            CLASS_F32
+        }
+    };
+    let slots = plan
+        .mem
+        .slots(&|i| class_of(plan.mem.buffers[i].value.index()));
+    let mut slot_bytes = slots.bytes.clone();
+    slot_bytes.resize(plan.dies.len().max(slot_bytes.len()), Vec::new());
+    for d in &mut slot_bytes {
+        d.resize(N_CLASSES, Vec::new());
+    }
+    let mut phys = Vec::with_capacity(persistent.len());
+    for &(node, die) in &order_keys {
+        match bufq.get_mut(&(node, die)).and_then(VecDeque::pop_front) {
+            Some(i) => phys.push(Phys {
+                die,
+                class: class_of(node),
+                slot: slots.of[i],
+            }),
+            None => {
+                let private = &mut slot_bytes[die][CLASS_PRIVATE];
+                private.push(crate::dump::node_bytes(g.node(NodeId::new(node))));
+                phys.push(Phys {
+                    die,
+                    class: CLASS_PRIVATE,
+                    slot: private.len() - 1,
+                });
+            }
+        }
+    }
     for (v, (si, k)) in last {
         // outputs and persistent slots are never freed by the op list
         if v != output && !persistent[v as usize] {
@@ -163,5 +234,7 @@ pub fn build(
         persistent,
         weights,
         output,
+        phys,
+        slot_bytes,
     })
 }

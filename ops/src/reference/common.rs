@@ -6,8 +6,8 @@
 
 use crate::quant::{self, QuantError};
 use crate::{
-    DType, GgmlType, KvCache, LayerState, Op, OpError, RecurrentState, Tensor, TensorData,
-    TensorMeta, Value, WeightView,
+    DType, GgmlType, KvCache, LayerState, Op, OpError, RecurrentState, Shape, Tensor,
+    TensorData, TensorMeta, Value, WeightView,
 };
 use std::borrow::Cow;
 
@@ -81,8 +81,20 @@ pub fn validate(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> Result<(), OpEr
             }
         }
     }
-    let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
-    let got = op.infer(&metas)?;
+    // On the stack for the usual ≤ 8 inputs: no allocation per call (backends validate
+    // every op of every step).
+    let mut stack = [TensorMeta { shape: Shape([0; 4]), dtype: DType::F32 }; 8];
+    let heap: Vec<TensorMeta>;
+    let metas: &[TensorMeta] = if ins.len() <= stack.len() {
+        for (m, v) in stack.iter_mut().zip(ins) {
+            *m = meta_of(v);
+        }
+        &stack[..ins.len()]
+    } else {
+        heap = ins.iter().map(meta_of).collect();
+        &heap
+    };
+    let got = op.infer(metas)?;
     if got != *out {
         return Err(OpError::Shape {
             op: k,

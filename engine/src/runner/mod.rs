@@ -7,20 +7,21 @@
 //! reused from step to step; graph inputs and transfer destinations are refilled in
 //! place. `PN_DEBUG=1..3` (see [`crate::planner::debug`]) reports timings and values.
 
+mod arena;
+mod eval;
+
 use crate::backend::{Backend, Support};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::graph::{Graph, GraphBuilder, GraphError, Node};
 use crate::model::{Geometry, Model};
 use crate::planner::debug::{self, Counters, Profile};
-use crate::planner::program::{self, InputKind, Program, Src};
+use crate::planner::program::{self, Program};
 use crate::planner::{Device, Placement, PlacementError, Plan, PlanError};
 use crate::state::SeqState;
-use pn_ops::{DType, OpError, Shape, Tensor, TensorData, Value, WeightView};
-use smallvec::SmallVec;
-use std::collections::{BTreeMap, HashMap};
+use pn_ops::{DType, OpError, Shape, Tensor};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -85,12 +86,11 @@ pub struct Die {
     pub backend: Arc<dyn Backend>,
 }
 
-/// A plan ready to run: graph, plan, op list, the reused value table, capture flags.
+/// A plan ready to run: graph, plan, op list (bound to buffer slots), capture flags.
 struct Compiled {
     graph: Arc<Graph>,
     plan: Arc<Plan>,
     prog: Program,
-    values: Mutex<Vec<Option<Tensor>>>,
     captured: Vec<AtomicBool>,
 }
 
@@ -107,6 +107,10 @@ pub struct Runner {
     debug: u8,
     profile: Profile,
     reported: AtomicBool,
+    /// The buffer slots of every geometry's values (one pass at a time holds them).
+    arena: Mutex<arena::Arena>,
+    /// Whether the arena was reserved for the worst-case geometry yet.
+    reserved: AtomicBool,
 }
 
 fn weight_shape(info: &TensorInfo) -> Shape {
@@ -178,6 +182,8 @@ impl Runner {
             debug: debug::level_from_env(),
             profile: Profile::default(),
             reported: AtomicBool::new(false),
+            arena: Mutex::new(arena::Arena::default()),
+            reserved: AtomicBool::new(false),
         };
         r.compiled(Geometry {
             n_tokens: 1,
@@ -237,27 +243,55 @@ impl Runner {
         Ok(self.compiled(geom)?.plan.clone())
     }
 
-    /// Arena bytes per die reserved for the worst-case geometry (`ubatch` tokens, all
-    /// logits), so buffers never have to grow between steps.
+    /// Bytes per die the runner's buffer slots take for the worst-case geometry
+    /// (`ubatch` tokens, all logits) and every geometry run so far: what
+    /// [`crate::planner::MemPlan::slots`] assigns, reserved once so buffers never move
+    /// between steps. (The plan's offset arena, `Plan::mem.arena`, is the lower bound a
+    /// single block would need.)
     pub fn memory_reservation(&self) -> Result<Vec<(Device, usize)>, RunError> {
         let geom = Geometry {
             n_tokens: self.ubatch.max(1),
             all_logits: true,
         };
-        let g = self.graph(geom)?;
-        let p = crate::planner::plan(&g, &self.placement, self.model.n_layer(), geom)?;
-        let mut out: Vec<(Device, usize)> = p
-            .dies
-            .iter()
-            .copied()
-            .zip(p.mem.arena.iter().copied())
+        let worst = self.compiled(geom)?;
+        // per die and class: the largest size of each slot over the compiled programs
+        let mut sizes: Vec<Vec<Vec<usize>>> = Vec::new();
+        let compiled: Vec<Arc<Compiled>> = self
+            .compiled
+            .lock()
+            .expect("plan cache lock")
+            .values()
+            .cloned()
             .collect();
-        for c in self.compiled.lock().expect("plan cache lock").values() {
-            for (d, b) in c.plan.mem.arena.iter().enumerate() {
-                out[d].1 = out[d].1.max(*b);
+        for c in compiled.iter().chain([&worst]) {
+            for (d, classes) in c.prog.slot_bytes.iter().enumerate() {
+                if sizes.len() <= d {
+                    sizes.resize(d + 1, Vec::new());
+                }
+                for (k, slots) in classes.iter().enumerate() {
+                    if sizes[d].len() <= k {
+                        sizes[d].resize(k + 1, Vec::new());
+                    }
+                    let v = &mut sizes[d][k];
+                    if v.len() < slots.len() {
+                        v.resize(slots.len(), 0);
+                    }
+                    for (x, &b) in v.iter_mut().zip(slots) {
+                        *x = (*x).max(b);
+                    }
+                }
             }
         }
-        Ok(out)
+        Ok(worst
+            .plan
+            .dies
+            .iter()
+            .enumerate()
+            .map(|(d, &dev)| {
+                let bytes = sizes.get(d).map_or(0, |c| c.iter().flatten().sum());
+                (dev, bytes)
+            })
+            .collect())
     }
 
     fn compiled(&self, geom: Geometry) -> Result<Arc<Compiled>, RunError> {
@@ -313,9 +347,16 @@ impl Runner {
                 geom.all_logits,
                 plan.summary(&graph)
             );
+            for (d, classes) in prog.slot_bytes.iter().enumerate() {
+                let all: Vec<usize> = classes.iter().flatten().copied().collect();
+                eprintln!(
+                    "#   die {d}: {} buffer slots, {} bytes: {all:?}",
+                    all.len(),
+                    all.iter().sum::<usize>()
+                );
+            }
         }
         let c = Arc::new(Compiled {
-            values: Mutex::new(vec![None; prog.n_values]),
             captured: plan
                 .segments
                 .iter()
@@ -369,7 +410,7 @@ impl Runner {
             let r = self.memory_reservation()?;
             let parts: Vec<String> = r.iter().map(|(d, b)| format!("{d} {b} bytes")).collect();
             eprintln!(
-                "[pn] activation arenas reserved for {} tokens: {}",
+                "[pn] activation buffer slots reserved for {} tokens: {}",
                 self.ubatch.max(1),
                 parts.join(", ")
             );
@@ -390,163 +431,6 @@ impl Runner {
         Ok(Logits { n_vocab, data: out })
     }
 
-    /// One pass over one micro-batch: the plan's segments in order. `seqs[i]` owns the
-    /// next `lens[i]` tokens (several: [`Runner::forward_multi`], crate::slots). Returns
-    /// `result_output`.
-    pub(crate) fn eval(
-        &self,
-        seqs: &mut [&mut SeqState],
-        lens: &[usize],
-        tokens: &[u32],
-        all_logits: bool,
-        observer: &mut Option<Observer<'_>>,
-    ) -> Result<Tensor, RunError> {
-        let c = self.compiled(Geometry {
-            n_tokens: tokens.len(),
-            all_logits,
-        })?;
-        let (graph, plan, prog) = (&*c.graph, &*c.plan, &c.prog);
-        let mut vals = c.values.lock().expect("value table lock");
-        for (v, keep) in vals.iter_mut().zip(&prog.persistent) {
-            if !keep {
-                *v = None;
-            }
-        }
-        let views: Vec<WeightView<'_>> = prog
-            .weights
-            .iter()
-            .map(|w| {
-                let info = &self.gguf.tensors[w.tensor];
-                WeightView {
-                    name: &info.name,
-                    ty: info.ty,
-                    shape: weight_shape(info),
-                    bytes: self.gguf.tensor_bytes(info),
-                }
-            })
-            .collect();
-        let step = self.profile.counters().steps;
-        let step_t0 = Instant::now();
-        let mut op_times: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
-        for (si, sp) in prog.segs.iter().enumerate() {
-            let t0 = Instant::now();
-            let die = &self.dies[sp.die];
-            let mut moved = 0usize;
-            for &(src, dst, bytes) in &sp.transfers {
-                let s = vals[src as usize]
-                    .take()
-                    .expect("transfer source computed by an earlier segment");
-                copy_into(&mut vals[dst as usize], &s);
-                vals[src as usize] = Some(s);
-                moved += bytes;
-            }
-            for &(v, kind, node) in &sp.inputs {
-                let slot = &mut vals[v as usize];
-                fill_input(slot, kind, tokens, seqs, lens);
-                if plan.nodes[node.index()].seg == Some(si) {
-                    if let (Some(obs), Some(t)) = (observer.as_mut(), slot.as_ref()) {
-                        obs(graph.node(node), t);
-                    }
-                }
-            }
-            for op in &sp.ops {
-                let node = graph.node(op.node);
-                let ins: SmallVec<[Value<'_>; 6]> = op
-                    .inputs
-                    .iter()
-                    .map(|s| match *s {
-                        Src::Val(v) => Value::Act(
-                            vals[v as usize]
-                                .as_ref()
-                                .expect("inputs are computed before their consumers"),
-                        ),
-                        Src::Weight(w) => Value::Weight(views[w as usize]),
-                    })
-                    .collect();
-                let t1 = (self.debug >= 2).then(Instant::now);
-                let res = match op.state {
-                    None => die.backend.execute(&node.op, &ins, &node.out, None),
-                    Some(s) if seqs.len() == 1 => {
-                        let state = seqs[0].layers.get_mut(s).ok_or_else(|| no_state(node, s))?;
-                        die.backend.execute(&node.op, &ins, &node.out, Some(state))
-                    }
-                    Some(s) => {
-                        if seqs.iter().any(|q| q.layers.len() <= s) {
-                            return Err(no_state(node, s));
-                        }
-                        crate::slots::run_per_sequence(&*die.backend, node, &ins, s, seqs, lens)
-                    }
-                };
-                let out = res.map_err(|source| RunError::Op {
-                    node: node.name.clone(),
-                    source,
-                })?;
-                drop(ins);
-                if let Some(t1) = t1 {
-                    let e = op_times.entry(node.op.kind()).or_default();
-                    e.0 += 1;
-                    e.1 += t1.elapsed().as_nanos() as u64;
-                }
-                if self.debug >= 3 {
-                    eprintln!("[pn] {}", crate::dump::summary(&node.name, &out));
-                }
-                if let Some(obs) = observer.as_mut() {
-                    obs(node, &out);
-                }
-                vals[op.out as usize] = Some(out);
-                for &f in &op.frees {
-                    vals[f as usize] = None;
-                }
-            }
-            let unit = if plan.capture[si].stable {
-                let replay = c.captured[si].swap(true, Ordering::Relaxed);
-                let counter = if replay {
-                    &self.profile.replays
-                } else {
-                    &self.profile.captures
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                if replay {
-                    " replay"
-                } else {
-                    " capture"
-                }
-            } else {
-                ""
-            };
-            self.profile
-                .transfer_bytes
-                .fetch_add(moved as u64, Ordering::Relaxed);
-            if self.debug >= 1 {
-                let ms = t0.elapsed().as_secs_f64() * 1e3;
-                eprintln!(
-                    "[pn] step {step} seg {si} @{}: {} ops {ms:.3} ms, transfer in {moved} B{unit}",
-                    die.device,
-                    sp.ops.len()
-                );
-            }
-        }
-        for (st, &n) in seqs.iter_mut().zip(lens) {
-            st.pos += n;
-        }
-        self.profile.add_step(step_t0.elapsed());
-        if self.debug >= 2 {
-            self.profile.add_ops(&op_times);
-        }
-        if self.debug >= 1 {
-            let k = self.profile.counters();
-            eprintln!(
-                "[pn] step {step}: {} tokens, {:.3} ms; capture units: {} captured, {} replays",
-                tokens.len(),
-                step_t0.elapsed().as_secs_f64() * 1e3,
-                k.captures,
-                k.replays
-            );
-        }
-        Ok(vals[prog.output as usize]
-            .take()
-            .expect("the graph output is kept alive"))
-    }
 }
 
 impl Drop for Runner {
@@ -557,18 +441,6 @@ impl Drop for Runner {
     }
 }
 
-/// Copies a value into another die's buffer, reusing the buffer when it fits.
-fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
-    if let Some(d) = dst.as_mut().filter(|d| d.shape == src.shape) {
-        match (&mut d.data, &src.data) {
-            (TensorData::F32(a), TensorData::F32(b)) => return a.copy_from_slice(b),
-            (TensorData::I32(a), TensorData::I32(b)) => return a.copy_from_slice(b),
-            _ => {}
-        }
-    }
-    *dst = Some(src.clone());
-}
-
 fn no_state(node: &Node, s: usize) -> RunError {
     RunError::Op {
         node: node.name.clone(),
@@ -576,35 +448,5 @@ fn no_state(node: &Node, s: usize) -> RunError {
             op: node.op.kind(),
             msg: format!("no layer state {s}"),
         },
-    }
-}
-
-/// Token ids, or each sequence's positions `pos..pos+n` (`seqs[i]` owns `lens[i]`
-/// consecutive tokens), written into the die's input buffer in place.
-fn fill_input(
-    slot: &mut Option<Tensor>,
-    kind: InputKind,
-    tokens: &[u32],
-    seqs: &[&mut SeqState],
-    lens: &[usize],
-) {
-    let n = tokens.len();
-    let t = slot.get_or_insert_with(|| Tensor::i32(Shape::d1(n), vec![0; n]));
-    if t.shape != Shape::d1(n) || t.dtype() != DType::I32 {
-        *t = Tensor::i32(Shape::d1(n), vec![0; n]);
-    }
-    if let TensorData::I32(v) = &mut t.data {
-        match kind {
-            InputKind::Tokens => v.iter_mut().zip(tokens).for_each(|(x, &id)| *x = id as i32),
-            InputKind::Positions => {
-                let mut i = 0;
-                for (st, &len) in seqs.iter().zip(lens) {
-                    for j in 0..len {
-                        v[i] = (st.pos + j) as i32;
-                        i += 1;
-                    }
-                }
-            }
-        }
     }
 }

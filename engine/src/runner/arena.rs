@@ -1,0 +1,96 @@
+//! The runner's buffer slots: per die and class, the persistent buffers of the memory
+//! plan's slots ([`crate::planner::MemPlan::slots`]), shared by every geometry (only one
+//! pass runs at a time) and reserved for the worst case, so a step allocates nothing.
+
+use crate::planner::program::{Phys, Program, CLASS_I32, N_CLASSES};
+use pn_ops::{Shape, Tensor, TensorData};
+
+#[derive(Default)]
+pub(super) struct Arena {
+    /// `slots[die][class][slot]`; `None` while a pass holds it (its output, being
+    /// written) or after the graph output was handed out.
+    slots: Vec<Vec<Vec<Option<Tensor>>>>,
+    /// Times a reserved buffer had to grow (a geometry larger than the reservation).
+    pub grown: usize,
+}
+
+fn empty(class: usize, elems: usize) -> Tensor {
+    let data = if class == CLASS_I32 {
+        TensorData::I32(Vec::with_capacity(elems))
+    } else {
+        TensorData::F32(Vec::with_capacity(elems))
+    };
+    Tensor {
+        shape: Shape::d1(0),
+        data,
+    }
+}
+
+impl Arena {
+    /// Makes sure every buffer slot of `prog` exists with room for its bytes.
+    pub fn reserve(&mut self, prog: &Program) {
+        if self.slots.len() < prog.slot_bytes.len() {
+            self.slots.resize_with(prog.slot_bytes.len(), || {
+                (0..N_CLASSES).map(|_| Vec::new()).collect()
+            });
+        }
+        for (d, classes) in prog.slot_bytes.iter().enumerate() {
+            for (c, sizes) in classes.iter().enumerate() {
+                let v = &mut self.slots[d][c];
+                if v.len() < sizes.len() {
+                    v.resize_with(sizes.len(), || None);
+                }
+                for (slot, &b) in v.iter_mut().zip(sizes) {
+                    let elems = b.div_ceil(4);
+                    match slot {
+                        None => *slot = Some(empty(c, elems)),
+                        Some(t) => {
+                            let grew = match &mut t.data {
+                                TensorData::F32(x) if x.capacity() < elems => {
+                                    x.reserve_exact(elems - x.len());
+                                    true
+                                }
+                                TensorData::I32(x) if x.capacity() < elems => {
+                                    x.reserve_exact(elems - x.len());
+                                    true
+                                }
+                                _ => false,
+                            };
+                            self.grown += grew as usize;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn get(&self, p: Phys) -> &Option<Tensor> {
+        &self.slots[p.die][p.class][p.slot]
+    }
+
+    pub fn get_mut(&mut self, p: Phys) -> &mut Option<Tensor> {
+        &mut self.slots[p.die][p.class][p.slot]
+    }
+
+    /// The slot's buffer, taken out to be written (a fresh empty one if none).
+    pub fn take(&mut self, p: Phys) -> Tensor {
+        self.get_mut(p).take().unwrap_or_else(|| empty(p.class, 0))
+    }
+
+    /// Bytes allocated (capacity) for `die`'s buffers, and their number.
+    pub fn bytes(&self, die: usize) -> (usize, usize) {
+        let Some(classes) = self.slots.get(die) else {
+            return (0, 0);
+        };
+        let mut n = 0;
+        let mut bytes = 0;
+        for t in classes.iter().flatten().flatten() {
+            n += 1;
+            bytes += 4 * match &t.data {
+                TensorData::F32(x) => x.capacity(),
+                TensorData::I32(x) => x.capacity(),
+            };
+        }
+        (bytes, n)
+    }
+}

@@ -1,0 +1,300 @@
+//! One forward pass: the plan's segments in order, each segment's ops run as one pass on
+//! its die's backend ([`Backend::run_pass`]), every op writing its output into the
+//! buffer slot the memory plan gives it ([`Backend::execute_into`], [`super::arena`]).
+
+use super::arena::Arena;
+use super::{no_state, Compiled, Observer, RunError, Runner};
+use crate::backend::{store_into, Backend};
+use crate::graph::Graph;
+use crate::model::Geometry;
+use crate::planner::program::{InputKind, Phys, SegProgram, Src};
+use crate::state::SeqState;
+use pn_ops::{DType, Shape, Tensor, TensorData, Value, WeightView};
+use smallvec::SmallVec;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// What one segment's ops need, borrowed from `eval` (sent to the backend's pass thread).
+struct Pass<'a, 's> {
+    runner: &'a Runner,
+    graph: &'a Graph,
+    views: &'a [WeightView<'a>],
+    phys: &'a [Phys],
+    arena: &'a mut Arena,
+    seqs: &'a mut [&'s mut SeqState],
+    lens: &'a [usize],
+    op_times: &'a mut BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl Pass<'_, '_> {
+    /// Runs the ops of `sp` on `backend`, in order.
+    fn run_ops(
+        &mut self,
+        sp: &SegProgram,
+        backend: &dyn Backend,
+        observer: &mut Option<Observer<'_>>,
+    ) -> Result<(), RunError> {
+        let (graph, debug) = (self.graph, self.runner.debug);
+        for op in &sp.ops {
+            let node = graph.node(op.node);
+            let p_out = self.phys[op.out as usize];
+            let mut out = self.arena.take(p_out);
+            let arena = &*self.arena;
+            let ins: SmallVec<[Value<'_>; 6]> = op
+                .inputs
+                .iter()
+                .map(|s| match *s {
+                    Src::Val(v) => Value::Act(
+                        arena
+                            .get(self.phys[v as usize])
+                            .as_ref()
+                            .expect("inputs are computed before their consumers"),
+                    ),
+                    Src::Weight(w) => Value::Weight(self.views[w as usize]),
+                })
+                .collect();
+            let t1 = (debug >= 2).then(Instant::now);
+            let seqs = &mut *self.seqs;
+            let meta = &node.out;
+            let res = match op.state {
+                None => backend.execute_into(&node.op, &ins, meta, None, &mut out),
+                Some(s) if seqs.len() == 1 => {
+                    let state = seqs[0].layers.get_mut(s).ok_or_else(|| no_state(node, s))?;
+                    backend.execute_into(&node.op, &ins, meta, Some(state), &mut out)
+                }
+                Some(s) => {
+                    if seqs.iter().any(|q| q.layers.len() <= s) {
+                        return Err(no_state(node, s));
+                    }
+                    crate::slots::run_per_sequence(backend, node, &ins, s, seqs, self.lens)
+                        .map(|t| store_into(&mut out, t))
+                }
+            };
+            drop(ins);
+            res.map_err(|source| RunError::Op {
+                node: node.name.clone(),
+                source,
+            })?;
+            if let Some(t1) = t1 {
+                let e = self.op_times.entry(node.op.kind()).or_default();
+                e.0 += 1;
+                e.1 += t1.elapsed().as_nanos() as u64;
+            }
+            if debug >= 3 {
+                eprintln!("[pn] {}", crate::dump::summary(&node.name, &out));
+            }
+            if let Some(obs) = observer.as_mut() {
+                obs(node, &out);
+            }
+            *self.arena.get_mut(p_out) = Some(out);
+        }
+        Ok(())
+    }
+}
+
+impl Runner {
+    /// One pass over one micro-batch: the plan's segments in order. `seqs[i]` owns the
+    /// next `lens[i]` tokens (several: [`Runner::forward_multi`], crate::slots). Returns
+    /// `result_output`.
+    pub(crate) fn eval(
+        &self,
+        seqs: &mut [&mut SeqState],
+        lens: &[usize],
+        tokens: &[u32],
+        all_logits: bool,
+        observer: &mut Option<Observer<'_>>,
+    ) -> Result<Tensor, RunError> {
+        let c: std::sync::Arc<Compiled> = self.compiled(Geometry {
+            n_tokens: tokens.len(),
+            all_logits,
+        })?;
+        let (graph, plan, prog) = (&*c.graph, &*c.plan, &c.prog);
+        // Buffers are reserved once for the worst-case geometry (`ubatch` tokens, all
+        // logits), then checked against this geometry's slots (they grow only if its
+        // slots are larger, counted in `Arena::grown`).
+        let worst = if self.reserved.load(Ordering::Relaxed) {
+            None
+        } else {
+            Some(self.compiled(Geometry {
+                n_tokens: self.ubatch.max(1),
+                all_logits: true,
+            })?)
+        };
+        let mut guard = self.arena.lock().expect("arena lock");
+        let arena: &mut Arena = &mut guard;
+        if let Some(w) = worst {
+            arena.reserve(&w.prog);
+            arena.grown = 0;
+            self.reserved.store(true, Ordering::Relaxed);
+        }
+        arena.reserve(prog);
+        let phys = &prog.phys[..];
+        let views: Vec<WeightView<'_>> = prog
+            .weights
+            .iter()
+            .map(|w| {
+                let info = &self.gguf.tensors[w.tensor];
+                WeightView {
+                    name: &info.name,
+                    ty: info.ty,
+                    shape: super::weight_shape(info),
+                    bytes: self.gguf.tensor_bytes(info),
+                }
+            })
+            .collect();
+        let step = self.profile.counters().steps;
+        let step_t0 = Instant::now();
+        let mut op_times: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+        for (si, sp) in prog.segs.iter().enumerate() {
+            let t0 = Instant::now();
+            let die = &self.dies[sp.die];
+            let mut moved = 0usize;
+            for &(src, dst, bytes) in &sp.transfers {
+                let (src, dst) = (phys[src as usize], phys[dst as usize]);
+                let s = arena
+                    .get_mut(src)
+                    .take()
+                    .expect("transfer source computed by an earlier segment");
+                copy_into(arena.get_mut(dst), &s);
+                *arena.get_mut(src) = Some(s);
+                moved += bytes;
+            }
+            for &(v, kind, node) in &sp.inputs {
+                let slot = arena.get_mut(phys[v as usize]);
+                fill_input(slot, kind, tokens, seqs, lens);
+                if plan.nodes[node.index()].seg == Some(si) {
+                    if let (Some(obs), Some(t)) = (observer.as_mut(), slot.as_ref()) {
+                        obs(graph.node(node), t);
+                    }
+                }
+            }
+            let backend = &*die.backend;
+            let mut pass = Pass {
+                runner: self,
+                graph,
+                views: &views,
+                phys,
+                arena: &mut *arena,
+                seqs: &mut *seqs,
+                lens,
+                op_times: &mut op_times,
+            };
+            if observer.is_some() || self.debug >= 3 {
+                // The observer (tensor dumps) stays on the caller's thread.
+                pass.run_ops(sp, backend, observer)?;
+            } else {
+                let mut res = Ok(());
+                backend.run_pass(&mut || res = pass.run_ops(sp, backend, &mut None));
+                res?;
+            }
+            let unit = if plan.capture[si].stable {
+                let replay = c.captured[si].swap(true, Ordering::Relaxed);
+                let counter = if replay {
+                    &self.profile.replays
+                } else {
+                    &self.profile.captures
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                if replay {
+                    " replay"
+                } else {
+                    " capture"
+                }
+            } else {
+                ""
+            };
+            self.profile
+                .transfer_bytes
+                .fetch_add(moved as u64, Ordering::Relaxed);
+            if self.debug >= 1 {
+                let ms = t0.elapsed().as_secs_f64() * 1e3;
+                eprintln!(
+                    "[pn] step {step} seg {si} @{}: {} ops {ms:.3} ms, transfer in {moved} B{unit}",
+                    die.device,
+                    sp.ops.len()
+                );
+            }
+        }
+        for (st, &n) in seqs.iter_mut().zip(lens) {
+            st.pos += n;
+        }
+        self.profile.add_step(step_t0.elapsed());
+        if self.debug >= 2 {
+            self.profile.add_ops(&op_times);
+        }
+        if self.debug >= 1 {
+            let k = self.profile.counters();
+            let bufs: Vec<String> = (0..self.dies.len())
+                .map(|d| {
+                    let (bytes, n) = arena.bytes(d);
+                    format!("{} {bytes} bytes in {n} buffers", self.dies[d].device)
+                })
+                .collect();
+            eprintln!(
+                "[pn] step {step}: {} tokens, {:.3} ms; capture units: {} captured, {} replays; arena: {} (grown {}x)",
+                tokens.len(),
+                step_t0.elapsed().as_secs_f64() * 1e3,
+                k.captures,
+                k.replays,
+                bufs.join(", "),
+                arena.grown
+            );
+        }
+        Ok(arena
+            .get_mut(phys[prog.output as usize])
+            .take()
+            .expect("the graph output is kept alive"))
+    }
+}
+
+/// Copies a value into another die's buffer, reusing the buffer when it has room.
+fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
+    if let Some(d) = dst.as_mut() {
+        d.shape = src.shape;
+        match (&mut d.data, &src.data) {
+            (TensorData::F32(a), TensorData::F32(b)) => {
+                a.clear();
+                return a.extend_from_slice(b);
+            }
+            (TensorData::I32(a), TensorData::I32(b)) => {
+                a.clear();
+                return a.extend_from_slice(b);
+            }
+            _ => {}
+        }
+    }
+    *dst = Some(src.clone());
+}
+
+/// Token ids, or each sequence's positions `pos..pos+n` (`seqs[i]` owns `lens[i]`
+/// consecutive tokens), written into the die's input buffer in place.
+fn fill_input(
+    slot: &mut Option<Tensor>,
+    kind: InputKind,
+    tokens: &[u32],
+    seqs: &[&mut SeqState],
+    lens: &[usize],
+) {
+    let n = tokens.len();
+    let t = slot.get_or_insert_with(|| Tensor::i32(Shape::d1(n), vec![0; n]));
+    if t.dtype() != DType::I32 {
+        *t = Tensor::i32(Shape::d1(n), vec![0; n]);
+    }
+    t.shape = Shape::d1(n);
+    if let TensorData::I32(v) = &mut t.data {
+        v.resize(n, 0);
+        match kind {
+            InputKind::Tokens => v.iter_mut().zip(tokens).for_each(|(x, &id)| *x = id as i32),
+            InputKind::Positions => {
+                let mut i = 0;
+                for (st, &len) in seqs.iter().zip(lens) {
+                    for j in 0..len {
+                        v[i] = (st.pos + j) as i32;
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The runner's buffer slots: after warm-up, a decode step's converted ops (matmuls, MoE,
+//! norms, element-wise, rope, slices, conv, delta rule, embedding lookup) allocate
+//! nothing — they write into the persistent buffers the memory plan assigns them — and
+//! results are the same as through plain `execute`.
+//!
+//! One test per binary: the allocation counter is process-wide.
+
+use pn_cpu::CpuBackend;
+use pn_engine::{Backend, Gguf, Node, Runner, Support};
+use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+struct Counting;
+
+static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(l) }
+    }
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(p, l, n) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        unsafe { System.dealloc(p, l) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// The CPU backend, counting allocations per op kind (`execute_into`) and whether a
+/// plain `execute` gives the same result (`check`).
+struct Probe {
+    cpu: CpuBackend,
+    allocs: Mutex<BTreeMap<&'static str, (usize, usize)>>,
+    check: AtomicBool,
+}
+
+impl Backend for Probe {
+    fn name(&self) -> &str {
+        "probe"
+    }
+    fn supports(&self, node: &Node) -> Support {
+        self.cpu.supports(node)
+    }
+    fn execute(
+        &self,
+        op: &Op,
+        ins: &[Value<'_>],
+        out: &TensorMeta,
+        state: Option<&mut LayerState>,
+    ) -> Result<Tensor, OpError> {
+        self.cpu.execute(op, ins, out, state)
+    }
+    fn execute_into(
+        &self,
+        op: &Op,
+        ins: &[Value<'_>],
+        meta: &TensorMeta,
+        state: Option<&mut LayerState>,
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        if self.check.load(Ordering::Relaxed) && op.state().is_none() {
+            let want = self.cpu.execute(op, ins, meta, None)?;
+            self.cpu.execute_into(op, ins, meta, None, out)?;
+            assert_eq!(*out, want, "{}: execute_into differs from execute", op.kind());
+            return Ok(());
+        }
+        let a0 = ALLOCS.load(Ordering::SeqCst);
+        let r = self.cpu.execute_into(op, ins, meta, state, out);
+        let n = ALLOCS.load(Ordering::SeqCst) - a0;
+        let mut m = self.allocs.lock().unwrap();
+        let e = m.entry(op.kind()).or_default();
+        e.0 += 1;
+        e.1 += n;
+        r
+    }
+    fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
+        self.cpu.run_pass(f)
+    }
+}
+
+#[test]
+fn decode_ops_write_into_persistent_buffers() {
+    let path = pn_tests::fixture("ktiny-q4_k_m.gguf");
+    let g = Arc::new(Gguf::open(&path).expect("fixture opens"));
+    let m = pn_models::load(&g).expect("fixture model loads");
+    let probe = Arc::new(Probe {
+        cpu: CpuBackend::new(2),
+        allocs: Mutex::new(BTreeMap::new()),
+        check: AtomicBool::new(true),
+    });
+    let r = Runner::new(m, g, probe.clone()).expect("runner builds");
+    let mut st = r.new_state(64);
+    // warm-up (and execute_into == execute for every stateless op): prefill + decode
+    r.forward(&mut st, &[1, 2, 3, 4, 5, 6, 7], false).unwrap();
+    for t in 0..3 {
+        r.forward(&mut st, &[10 + t], false).unwrap();
+    }
+    probe.check.store(false, Ordering::Relaxed);
+    for t in 0..3 {
+        r.forward(&mut st, &[20 + t], false).unwrap();
+    }
+    probe.allocs.lock().unwrap().clear();
+    let a0 = ALLOCS.load(Ordering::SeqCst);
+    let steps = 8;
+    for t in 0..steps {
+        r.forward(&mut st, &[30 + t], false).unwrap();
+    }
+    let total = ALLOCS.load(Ordering::SeqCst) - a0;
+    let m = probe.allocs.lock().unwrap();
+    let ops: usize = m.values().map(|v| v.0).sum();
+    eprintln!("{total} allocations in {steps} decode steps ({ops} ops): {m:?}");
+    let converted = [
+        "GetRows",
+        "MatMul",
+        "RmsNorm",
+        "L2Norm",
+        "Rope",
+        "Conv1dCausal",
+        "DeltaRule",
+        "Softmax",
+        "TopK",
+        "MoeWeights",
+        "MoeExperts",
+        "Unary",
+        "Binary",
+        "SliceCols",
+        "SliceRows",
+        "Reshape",
+    ];
+    for k in converted {
+        if let Some(&(n, a)) = m.get(k) {
+            assert_eq!(a, 0, "{k}: {a} allocations in {n} calls");
+        }
+    }
+    assert!(m.get("MatMul").is_some_and(|v| v.0 > 0));
+}
