@@ -13,7 +13,7 @@ model=${1:?usage: bench/compare.sh MODEL.gguf [THREADS]}
 threads=${2:-2}
 reps=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
-oracle=${ORACLE:-/work/shared/oracle}
+oracle=${ORACLE:-$root/../shared/oracle}
 venv=${ORACLE_VENV:-$HOME/.cache/pn-oracle/venv}
 
 if [[ -z "${PN:-}" ]]; then
