@@ -27,6 +27,17 @@ pub struct LogitsArgs {
     last: bool,
 }
 
+/// The oracle's logits JSON (`llama_oracle.py logits`), plus model / KV / ubatch fields.
+#[derive(serde::Serialize)]
+struct LogitsFile<'a> {
+    model: &'a str,
+    tokens: &'a [u32],
+    kv_type: String,
+    ubatch: usize,
+    logits: Vec<&'a [f32]>,
+    argmax: Vec<usize>,
+}
+
 pub fn run(a: LogitsArgs) -> Result<()> {
     let l = load::load(&a.opts)?;
     let tokens = match (&a.tokens, &a.prompt) {
@@ -55,18 +66,19 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     };
     a.dump.finish(rec)?;
     let rows: Vec<&[f32]> = (0..logits.rows()).map(|i| logits.row(i)).collect();
-    let json = serde_json::json!({
-        "model": l.name,
-        "tokens": tokens,
-        "kv_type": state_cfg.kv.to_string(),
-        "ubatch": a.opts.ubatch,
-        "logits": rows,
-        "argmax": rows.iter().map(|r| argmax(r)).collect::<Vec<_>>(),
-    });
+    // a typed record: f32 logits are written in their shortest f32 form (not widened to f64)
+    let json = LogitsFile {
+        model: &l.name,
+        tokens: &tokens,
+        kv_type: state_cfg.kv.to_string(),
+        ubatch: a.opts.ubatch,
+        argmax: rows.iter().map(|r| argmax(r)).collect(),
+        logits: rows,
+    };
     let mut f = std::fs::File::create(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
     serde_json::to_writer(&mut f, &json)?;
     f.write_all(b"\n")?;
-    eprintln!("wrote {} × {} logits to {}", rows.len(), logits.n_vocab, a.out.display());
+    eprintln!("wrote {} × {} logits to {}", json.logits.len(), logits.n_vocab, a.out.display());
     // written as null in the JSON, but a failure: the caller expected numbers
     load::finite(&logits.data).with_context(|| format!("{} (written as null)", a.out.display()))?;
     Ok(())
