@@ -57,7 +57,10 @@ pub fn dies(p: &Placement, threads: usize) -> Result<Vec<Die>> {
     p.named_dies()
         .into_iter()
         .map(|device| match device.kind {
-            DeviceKind::Cpu => Ok(Die { device, backend: Arc::new(CpuBackend::new(threads)) as Arc<dyn pn_engine::Backend> }),
+            DeviceKind::Cpu => {
+                let b = CpuBackend::try_new(threads).map_err(anyhow::Error::msg)?;
+                Ok(Die { device, backend: Arc::new(b) as Arc<dyn pn_engine::Backend> })
+            }
             // CUDA is loaded at run time: a machine without a driver or device gets a clear error
             DeviceKind::Cuda => match pn_cuda::CudaBackend::new(device.index) {
                 Ok(b) => Ok(Die { device, backend: Arc::new(b) as Arc<dyn pn_engine::Backend> }),

@@ -31,14 +31,22 @@ pub struct CpuBackend {
 
 impl CpuBackend {
     /// A backend with `threads` worker threads (0 = all cores).
+    ///
+    /// Panics if the operating system refuses the threads; [`CpuBackend::try_new`] returns
+    /// that as an error instead (what the CLI uses).
     pub fn new(threads: usize) -> CpuBackend {
+        CpuBackend::try_new(threads).expect("building the CPU thread pool")
+    }
+
+    /// Like [`CpuBackend::new`], with a failure to start the threads as an error.
+    pub fn try_new(threads: usize) -> Result<CpuBackend, String> {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("pn-cpu-{i}"))
             .build()
-            .expect("building the CPU thread pool");
+            .map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
         let threads = pool.current_num_threads();
-        CpuBackend { pool, threads }
+        Ok(CpuBackend { pool, threads })
     }
 
     /// Number of worker threads.
