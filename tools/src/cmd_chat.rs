@@ -74,7 +74,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 continue;
             }
         };
-        if conv.st.pos + ids.len() + 1 > max_seq {
+        if !conv.st.fits(ids.len() + 1) {
             conv.cancel_user_turn();
             eprintln!("error: context full: the conversation would need {} tokens but --max-seq is {max_seq}; /reset to start over", conv.st.pos + ids.len() + 1);
             continue;
@@ -103,11 +103,11 @@ fn answer(r: &Runner, tok: &Tokenizer, st: &mut SeqState, sampler: &mut Sampler,
         out.flush()?;
         text.push_str(&piece);
         generated += 1;
-        if st.pos + 1 > st.max_seq {
+        if !st.fits(1) {
             break;
         }
         let logits = r.forward(st, &[next], false)?;
-        if generated >= n || st.pos + 1 > st.max_seq {
+        if generated >= n || !st.fits(1) {
             break;
         }
         next = sampler.sample(logits.last());
