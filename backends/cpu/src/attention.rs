@@ -11,7 +11,7 @@
 
 use crate::par;
 use pn_ops::reference::attention::kv_cache;
-use pn_ops::reference::common::{act_f32, act_i32, out_f32};
+use pn_ops::reference::common::{act_f32, act_i32, out_f32, token_positions};
 use pn_ops::{KvCache, KvType, LayerState, OpError, Tensor, TensorMeta, Value};
 use std::cell::RefCell;
 
@@ -274,13 +274,7 @@ pub fn attention(
     let v = act_f32(OP, &ins[2])?;
     let pos = act_i32(OP, &ins[3])?;
     let t = out.shape.0[1];
-    if pos.len() < t {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!("{} positions for {t} tokens", pos.len()),
-        });
-    }
-    let pos = &pos[..t];
+    let pos = token_positions(OP, pos, t)?;
     let kv = kv_cache(OP, state, n_head_kv, d)?;
     kv.check_positions(OP, pos)?;
     let group = n_head / n_head_kv;

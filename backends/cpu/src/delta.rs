@@ -3,7 +3,7 @@
 //! vectorized recurrence for short batches — see `delta_chunk`).
 
 use crate::par;
-use pn_ops::reference::common::{act_f32, out_f32, recurrent_state, weight, weight_f32};
+use pn_ops::reference::common::{act_f32, conv_state, out_f32, recurrent_state, weight, weight_f32};
 use pn_ops::{LayerState, OpError, RecurrentState, Tensor, TensorMeta, Value};
 use crate::delta_chunk::{self, HeadIn, Scratch};
 use rayon::prelude::*;
@@ -38,18 +38,8 @@ pub fn conv1d_causal_into(
     let wv = weight(OP, &ins[1])?;
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = recurrent_state(OP, state)?;
-    let ns = d_conv.saturating_sub(1);
-    if d_conv == 0 || st.conv_channels != c || st.conv.len() != ns * c {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!(
-                "conv state of {} channels × {} does not fit d_conv {d_conv}, {c} channels",
-                st.conv_channels,
-                st.conv.len()
-            ),
-        });
-    }
+    let st = conv_state(OP, state, d_conv, c)?;
+    let ns = d_conv - 1;
     crate::norm::len_check(OP, t * c, y.len())?;
     if x.len() != t * c {
         return Err(OpError::Invalid {

@@ -53,13 +53,7 @@ pub fn attention<'s>(
     let Some(st) = state else {
         return Ok(Outcome::OnCpu(None));
     }; // the CPU reports it
-    if pos.len() < t {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!("{} positions for {t} tokens", pos.len()),
-        });
-    }
-    let pos = &pos[..t];
+    let pos = pn_ops::reference::common::token_positions(OP, pos, t)?;
     let max_p = pos.iter().copied().max().unwrap_or(0).max(0) as usize;
     let device_ok = match &*st {
         LayerState::Kv(kv) => {
@@ -171,18 +165,8 @@ pub fn conv1d(
     const OP: &str = "Conv1dCausal";
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = pn_ops::reference::common::recurrent_state(OP, state)?;
-    let ns = d_conv.saturating_sub(1);
-    if d_conv == 0 || st.conv_channels != c || st.conv.len() != ns * c {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!(
-                "conv state of {} channels × {} does not fit d_conv {d_conv}, {c} channels",
-                st.conv_channels,
-                st.conv.len()
-            ),
-        });
-    }
+    let st = pn_ops::reference::common::conv_state(OP, state, d_conv, c)?;
+    let ns = d_conv - 1;
     let run = || -> Result<(Vec<f32>, Vec<f32>), CudaError> {
         let w = d.weight_f32(&weight(&ins[1])?)?;
         let s0 = d.upload(&st.conv)?;

@@ -1,7 +1,7 @@
 //! Causal GQA attention over the layer's KV cache (spec §4.3.4–4.3.5), in f32 over the
 //! decoded cells of any KV format (docs/kv-cache.md).
 
-use super::common::{act_f32, act_i32, out_f32};
+use super::common::{act_f32, act_i32, out_f32, token_positions};
 use crate::{KvCache, LayerState, OpError, Tensor, TensorMeta, Value};
 
 /// The KV cache of an attention call, checked against the op's geometry.
@@ -38,13 +38,7 @@ pub fn attention(
     let v = act_f32(OP, &ins[2])?;
     let pos = act_i32(OP, &ins[3])?;
     let t = out.shape.0[1];
-    if pos.len() < t {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!("{} positions for {t} tokens", pos.len()),
-        });
-    }
-    let pos = &pos[..t];
+    let pos = token_positions(OP, pos, t)?;
     let kv = kv_cache(OP, state, n_head_kv, d)?;
     kv.check_positions(OP, pos)?;
 

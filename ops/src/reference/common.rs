@@ -6,7 +6,7 @@
 
 use crate::quant::{self, QuantError};
 use crate::{
-    DType, GgmlType, KvCache, LayerState, Op, OpError, RecurrentState, Shape, Tensor,
+    DType, GgmlType, LayerState, Op, OpError, RecurrentState, Shape, Tensor,
     TensorData, TensorMeta, Value, WeightView,
 };
 use std::borrow::Cow;
@@ -237,41 +237,6 @@ pub fn act_format(op: &'static str, w: GgmlType, k: usize) -> Result<(GgmlType, 
     Ok((at, rb))
 }
 
-/// The layer's KV cache, checked against the op's geometry.
-pub fn kv_state<'s>(
-    op: &'static str,
-    state: Option<&'s mut LayerState>,
-    n_head_kv: usize,
-    head_dim: usize,
-) -> Result<&'s mut KvCache, OpError> {
-    match state {
-        Some(LayerState::Kv(kv)) => {
-            let n = kv
-                .n_head_kv
-                .checked_mul(kv.capacity)
-                .and_then(|x| x.checked_mul(kv.head_dim));
-            if kv.n_head_kv != n_head_kv
-                || kv.head_dim != head_dim
-                || n != Some(kv.k.len())
-                || kv.k.len() != kv.v.len()
-            {
-                return Err(OpError::Invalid {
-                    op,
-                    msg: format!(
-                        "KV cache [{} heads, {} dims, {} cells] does not fit n_head_kv {n_head_kv}, head_dim {head_dim}",
-                        kv.n_head_kv, kv.head_dim, kv.capacity
-                    ),
-                });
-            }
-            Ok(kv)
-        }
-        _ => Err(OpError::Invalid {
-            op,
-            msg: "needs a KV-cache layer state".into(),
-        }),
-    }
-}
-
 /// The layer's recurrent state.
 pub fn recurrent_state<'s>(
     op: &'static str,
@@ -286,26 +251,38 @@ pub fn recurrent_state<'s>(
     }
 }
 
-/// Check positions: all in `0..capacity` (else `ContextFull` / `Invalid`). Checked before
-/// anything is written, so a failing call leaves the cache untouched.
-pub fn check_positions(op: &'static str, pos: &[i32], capacity: usize) -> Result<(), OpError> {
-    for &p in pos {
-        if p < 0 {
-            return Err(OpError::Invalid {
-                op,
-                msg: format!("negative position {p}"),
-            });
-        }
-        let p = p as usize;
-        if p >= capacity {
-            return Err(OpError::ContextFull {
-                pos: p,
-                need: p + 1,
-                capacity,
-            });
-        }
+/// The first `t` positions of a stateful op's position input (it must have at least `t`).
+pub fn token_positions<'a>(op: &'static str, pos: &'a [i32], t: usize) -> Result<&'a [i32], OpError> {
+    if pos.len() < t {
+        return Err(OpError::Invalid {
+            op,
+            msg: format!("{} positions for {t} tokens", pos.len()),
+        });
     }
-    Ok(())
+    Ok(&pos[..t])
+}
+
+/// The layer's recurrent state, with its conv window checked against `d_conv` taps over
+/// `channels` channels.
+pub fn conv_state<'s>(
+    op: &'static str,
+    state: Option<&'s mut LayerState>,
+    d_conv: usize,
+    channels: usize,
+) -> Result<&'s mut RecurrentState, OpError> {
+    let st = recurrent_state(op, state)?;
+    let ns = d_conv.saturating_sub(1);
+    if d_conv == 0 || st.conv_channels != channels || st.conv.len() != ns * channels {
+        return Err(OpError::Invalid {
+            op,
+            msg: format!(
+                "conv state of {} channels × {} does not fit d_conv {d_conv}, {channels} channels",
+                st.conv_channels,
+                st.conv.len()
+            ),
+        });
+    }
+    Ok(st)
 }
 
 /// The clamp of the MoE weight normalisation: the smallest normal f16, 2^-14.

@@ -1,7 +1,7 @@
 //! Gated-DeltaNet state ops: causal depthwise conv (spec §4.4.2) and the gated delta
 //! rule recurrence (§4.4.4), both sequential over tokens.
 
-use super::common::{act_f32, out_f32, recurrent_state, weight, weight_f32};
+use super::common::{act_f32, conv_state, out_f32, recurrent_state, weight, weight_f32};
 use crate::{LayerState, OpError, Tensor, TensorMeta, Value};
 
 /// out[t][c] = Σ_{i<d_conv} X_c[t+i]·w[c][i] over X_c = [state | x]; the state keeps the
@@ -17,18 +17,8 @@ pub fn conv1d_causal(
     let w = weight_f32(OP, &weight(OP, &ins[1])?)?;
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = recurrent_state(OP, state)?;
-    let ns = d_conv.saturating_sub(1);
-    if d_conv == 0 || st.conv_channels != c || st.conv.len() != ns * c {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!(
-                "conv state of {} channels × {} does not fit d_conv {d_conv}, {c} channels",
-                st.conv_channels,
-                st.conv.len()
-            ),
-        });
-    }
+    let st = conv_state(OP, state, d_conv, c)?;
+    let ns = d_conv - 1;
     // window[r][c], r in 0..ns+t
     let mut win = Vec::with_capacity((ns + t) * c);
     win.extend_from_slice(&st.conv);
