@@ -114,3 +114,45 @@ fn tile_throughput() {
         }
     }
 }
+
+/// Decode (M = 1) throughput streaming weights from memory (128 MB, past the L3), one
+/// thread ($THREADS threads): GB/s of weights read. `cargo test --release -p pn-ops --test quant_tile
+/// decode_stream -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn decode_stream() {
+    use pn_ops::quant::vec_dot_block;
+    let mut rng = Rng(7);
+    let k: usize = std::env::var("K").map_or(2048, |v| v.parse().unwrap());
+    let threads: usize = std::env::var("THREADS").map_or(1, |v| v.parse().unwrap());
+    for ty in [pn_ops::GgmlType::Q4K, pn_ops::GgmlType::Q6K] {
+        let wrb = ty.row_bytes(k).unwrap();
+        let rows = (128 << 20) / wrb / 16 / threads * 16 * threads;
+        let row0 = random_weight_row(&mut rng, ty, k);
+        let w: Vec<u8> = (0..rows).flat_map(|_| row0.iter().copied()).collect();
+        let a_ty = vec_dot_type(ty);
+        let mut acts = vec![0u8; a_ty.row_bytes(k).unwrap()];
+        let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
+        quantize_row(a_ty, &x, &mut acts);
+        let mut out = vec![0f32; rows];
+        let mut dt = f64::MAX;
+        for _ in 0..5 {
+            let t0 = std::time::Instant::now();
+            let half = rows / threads;
+            std::thread::scope(|s| {
+                for (t, out) in out.chunks_mut(half).enumerate() {
+                    let (w, acts) = (&w, &acts);
+                    s.spawn(move || {
+                        for (i, o) in out.chunks_mut(16).enumerate() {
+                            let r0 = t * half + i * 16;
+                            vec_dot_block(ty, k, &w[r0 * wrb..], wrb, o.len(), acts, 0, 1, o, 1);
+                        }
+                    });
+                }
+            });
+            dt = dt.min(t0.elapsed().as_secs_f64());
+        }
+        let gbs = (rows * wrb) as f64 / dt / 1e9;
+        eprintln!("{ty} decode stream: {gbs:.1} GB/s ({:.1} GMAC/s)", (rows * k) as f64 / dt / 1e9);
+    }
+}

@@ -24,8 +24,9 @@ pub struct ModelOpts {
     /// Threads (0 = all cores)
     #[arg(long, short = 't', default_value_t = 0)]
     pub threads: usize,
-    /// Tokens per forward pass (longer inputs run in several passes)
-    #[arg(long, default_value_t = 512)]
+    /// Tokens per forward pass (longer inputs run in several passes; 256 keeps the
+    /// activation buffers small at no cost in speed, docs/perf.md)
+    #[arg(long, default_value_t = 256)]
     pub ubatch: usize,
     /// Dies to run on: one (`cpu:0`) or two (`cpu:0,cpu:1`: die A, die B, each its own
     /// backend and thread pool). Default: $PN_DIE_A / $PN_DIE_B, else cpu:0

@@ -56,8 +56,52 @@ pub fn conv1d_causal_into(
             &x[(r - ns) * c..(r - ns + 1) * c]
         }
     };
-    // Taps transposed to [d_conv][c] so the loops run along channels (vectorized); each
-    // output still sums its taps in order i = 0.. from 0.0, as the reference.
+    if t <= DIRECT_CONV_TOKENS && wv.ty == pn_ops::GgmlType::F32 && wv.bytes.len() >= 4 * c * d_conv {
+        // Decode: each channel's taps read in place, in order i = 0.. from 0.0 (as below
+        // and the reference); transposing the taps would cost more than the conv.
+        let tap = |ch: usize, i: usize| {
+            let b = &wv.bytes[4 * (ch * d_conv + i)..][..4];
+            f32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        for (ti, yr) in y.chunks_exact_mut(c).enumerate() {
+            for (ch, v) in yr.iter_mut().enumerate() {
+                let mut acc = 0.0f32;
+                for i in 0..d_conv {
+                    acc += win(ti + i)[ch] * tap(ch, i);
+                }
+                *v = acc;
+            }
+        }
+    } else {
+        conv_transposed(&wv, d_conv, c, &win, y)?;
+    }
+    // New state: the last ns window rows (row j ← window row t + j: a later state row,
+    // not overwritten yet, or a token).
+    for j in 0..ns {
+        let r = t + j;
+        if r < ns {
+            st.conv.copy_within(r * c..(r + 1) * c, j * c);
+        } else {
+            st.conv[j * c..(j + 1) * c].copy_from_slice(&x[(r - ns) * c..(r - ns + 1) * c]);
+        }
+    }
+    Ok(())
+}
+
+/// Tokens up to which the conv reads its taps in place instead of transposing them.
+const DIRECT_CONV_TOKENS: usize = 2;
+
+/// The conv of `t` tokens with the taps transposed to `[d_conv][c]`, so the loops run
+/// along channels (vectorized); each output still sums its taps in order i = 0.. from
+/// 0.0, as the reference.
+fn conv_transposed<'w>(
+    wv: &pn_ops::WeightView<'_>,
+    d_conv: usize,
+    c: usize,
+    win: &(dyn Fn(usize) -> &'w [f32] + Sync),
+    y: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "Conv1dCausal";
     let mut wt = TAPS.with(|w| std::mem::take(&mut *w.borrow_mut()));
     wt.clear();
     wt.resize(d_conv * c, 0.0);
@@ -70,7 +114,7 @@ pub fn conv1d_causal_into(
             }
         }
     } else {
-        let w = weight_f32(OP, &wv)?;
+        let w = weight_f32(OP, wv)?;
         for ch in 0..c {
             for i in 0..d_conv {
                 wt[i * c + ch] = w[ch * d_conv + i];
@@ -87,16 +131,6 @@ pub fn conv1d_causal_into(
         }
     });
     TAPS.with(|w| *w.borrow_mut() = wt);
-    // New state: the last ns window rows (row j ← window row t + j: a later state row,
-    // not overwritten yet, or a token).
-    for j in 0..ns {
-        let r = t + j;
-        if r < ns {
-            st.conv.copy_within(r * c..(r + 1) * c, j * c);
-        } else {
-            st.conv[j * c..(j + 1) * c].copy_from_slice(&x[(r - ns) * c..(r - ns + 1) * c]);
-        }
-    }
     Ok(())
 }
 

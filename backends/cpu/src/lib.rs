@@ -17,6 +17,7 @@ mod moe;
 mod norm;
 mod par;
 mod rope;
+mod scratch;
 
 use pn_engine::{f32_out, i32_out, store_into, Backend, Node, Support};
 use pn_ops::reference::common::validate;

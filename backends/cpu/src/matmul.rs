@@ -2,6 +2,7 @@
 //! parallel over weight rows (each output is one `vec_dot`, as in the reference).
 
 use crate::par;
+use crate::scratch::Shared;
 use pn_ops::quant;
 use pn_ops::reference::common::{act_f32, act_format, act_i32, out_f32, qerr, weight};
 use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
@@ -65,33 +66,29 @@ pub fn quantize_rows_to(at: GgmlType, x: &[f32], k: usize, rb: usize, q: &mut Ve
     }
 }
 
-thread_local! {
-    /// Per-thread scratch reused from op to op (taken out while in use, so a nested
-    /// call on the same thread just allocates its own).
-    static XQ: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-    static TMP: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
-}
+/// Converted activations and the `[n][t]` result block, one each per process
+/// (`crate::scratch`).
+static XQ: Shared<Vec<u8>> = Shared::new(Vec::new());
+static TMP: Shared<Vec<f32>> = Shared::new(Vec::new());
 
-/// Runs `f` with this thread's scratch byte buffer.
+/// Runs `f` with the scratch byte buffer.
 pub(crate) fn with_xq<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
-    let mut v = XQ.with(|c| c.take());
-    let r = f(&mut v);
-    XQ.with(|c| c.set(v));
-    r
+    XQ.with(f)
 }
 
 /// Largest scratch kept between calls (floats): bigger ones (a long prefill's logits)
 /// are freed after the call, so they do not add to the resident set for good.
-const TMP_KEEP: usize = 1 << 20;
+const TMP_KEEP: usize = 1 << 22;
 
-/// Runs `f` with this thread's scratch float buffer.
+/// Runs `f` with the scratch float buffer.
 pub(crate) fn with_tmp<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
-    let mut v = TMP.with(|c| c.take());
-    let r = f(&mut v);
-    if v.capacity() <= TMP_KEEP {
-        TMP.with(|c| c.set(v));
-    }
-    r
+    TMP.with(|v| {
+        let r = f(v);
+        if v.capacity() > TMP_KEEP {
+            *v = Vec::new();
+        }
+        r
+    })
 }
 
 /// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds

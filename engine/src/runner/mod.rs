@@ -178,7 +178,7 @@ impl Runner {
             tensor_ix,
             graphs: Mutex::new(HashMap::new()),
             compiled: Mutex::new(HashMap::new()),
-            ubatch: 512,
+            ubatch: 256,
             debug: debug::level_from_env(),
             profile: Profile::default(),
             reported: AtomicBool::new(false),

@@ -139,6 +139,21 @@ unsafe fn reduce4(v: [__m256i; 4]) -> [i32; 4] {
     l
 }
 
+/// pshufb controls broadcasting i16 word `k` of each 128-bit lane to all its words.
+static SCALE_CTRL: [[u8; 32]; 8] = {
+    let mut c = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut b = 0;
+        while b < 32 {
+            c[k][b] = (2 * k + (b & 1)) as u8;
+            b += 1;
+        }
+        k += 1;
+    }
+    c
+};
+
 /// Integer part of Q4_K / Q5_K super-block `x` against `M` tokens' blocks `y(j)`:
 /// per token, 8 lanes summing to `is` and 8 lanes summing to the min term `summ`.
 #[inline(always)]
@@ -153,7 +168,11 @@ unsafe fn q45_ints<K: Mac, const M: usize, const FIVE: bool>(
     // 12 B @4), y(j) a whole Q8_K block (qs 256 B @4, bsums 32 B @260).
     unsafe {
         let (sc, mn) = scales_mins_k4(x.add(4));
-        let mins8 = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        // the 8 scales as i16 in both 128-bit lanes: one pshufb per sub-block broadcasts one
+        let sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(
+            u64::from_le_bytes(sc) as i64,
+        )));
+        let mins8 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(u64::from_le_bytes(mn) as i64));
         let mins16 =
             _mm256_set_m128i(_mm_unpackhi_epi16(mins8, mins8), _mm_unpacklo_epi16(mins8, mins8));
         let hv = if FIVE { ld(x.add(16)) } else { _mm256_setzero_si256() };
@@ -174,8 +193,8 @@ unsafe fn q45_ints<K: Mac, const M: usize, const FIVE: bool>(
                     _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hv, mh), mh), sixteen),
                 );
             }
-            let sl = _mm256_set1_epi16(sc[2 * c] as i16);
-            let sh = _mm256_set1_epi16(sc[2 * c + 1] as i16);
+            let sl = _mm256_shuffle_epi8(sc16, ld(SCALE_CTRL[2 * c].as_ptr()));
+            let sh = _mm256_shuffle_epi8(sc16, ld(SCALE_CTRL[2 * c + 1].as_ptr()));
             for (j, s) in sumi.iter_mut().enumerate() {
                 let yq = y(j).add(Q8_K_QS + 64 * c);
                 *s = K::mac_scaled(*s, lo, ld(yq), sl);
