@@ -27,26 +27,35 @@ extern "C" __global__ void conv_state_update(const float* __restrict__ st, const
     new_st[idx] = r < ns ? st[(i64)r * C + c] : x[(i64)(r - ns) * C + c];
 }
 
-// Gated delta rule, sequential over tokens. One block per V head h (K head h mod Hk),
-// thread j < Dv owns row j of ssm[h] (ssm[h][j][i] = S_h[i][j]), updated in place:
+// Gated delta rule, sequential over tokens (the recurrent form: decode and short inputs).
+// grid (Hv, ceil(Dv / blockDim.x)): V head h (K head h mod Hk), thread j = blockIdx.y ·
+// blockDim.x + threadIdx.x owns row j of ssm[h] (ssm[h][j][i] = S_h[i][j]), updated in
+// place (rows are independent, so Dv tiles over blocks):
 // S *= expf(g); kv_j = Σ_i S[i][j] k_i; δ_j = (v_j − kv_j)·β; S[i][j] += k_i δ_j;
 // o_j = (Σ_i S[i][j] q_i) · 1/sqrtf(Dk). Every sum in the reference's order.
-// Dynamic shared memory: 2·Dk floats (q, k of the current token).
+// use_sh: q, k of the current token staged in dynamic shared memory (2·Dk floats);
+// 0 (Dk too large for it): read from global memory.
 extern "C" __global__ void delta_rule(float* __restrict__ ssm, const float* __restrict__ q, const float* __restrict__ k,
                                       const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                                      float* __restrict__ y, int Dk, int Hk, int Dv, int Hv, int T, float scale) {
+                                      float* __restrict__ y, int Dk, int Hk, int Dv, int Hv, int T, float scale, int use_sh) {
     extern __shared__ float qk[];
-    float* qs = qk;
-    float* ks = qk + Dk;
-    int h = blockIdx.x, kh = h % Hk, j = threadIdx.x;
+    int h = blockIdx.x, kh = h % Hk, j = blockIdx.y * blockDim.x + threadIdx.x;
     float* s = ssm + ((i64)h * Dv + (j < Dv ? j : 0)) * Dk;
     for (int t = 0; t < T; t++) {
-        __syncthreads();
-        for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
-            qs[i] = q[((i64)t * Hk + kh) * Dk + i];
-            ks[i] = k[((i64)t * Hk + kh) * Dk + i];
+        const float* qg = q + ((i64)t * Hk + kh) * Dk;
+        const float* kg = k + ((i64)t * Hk + kh) * Dk;
+        const float* qs = qg;
+        const float* ks = kg;
+        if (use_sh) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < Dk; i += blockDim.x) {
+                qk[i] = qg[i];
+                qk[Dk + i] = kg[i];
+            }
+            __syncthreads();
+            qs = qk;
+            ks = qk + Dk;
         }
-        __syncthreads();
         if (j >= Dv) continue;
         float decay = expf(g[(i64)t * Hv + h]);
         float bt = beta[(i64)t * Hv + h];

@@ -62,7 +62,13 @@ impl Device {
         let (major, minor) = ctx.compute_capability().map_err(drv)?;
         let arch = format!("sm_{major}{minor}");
         let name = ctx.name().unwrap_or_else(|_| "unknown".into());
-        let stream = ctx.default_stream();
+        // One owned (non-blocking) stream for everything: the legacy default stream
+        // cannot be captured into a graph (stream.rs). With one stream nothing needs
+        // cudarc's per-buffer event tracking, which would also record events inside a
+        // capture; it is turned off before any buffer exists.
+        // SAFETY: no CudaSlice of this context exists yet, and all work goes to `stream`.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(drv)?;
         let mut funcs = HashMap::new();
         for m in MODULES {
             let cubin = kernels::cubin(m, &arch)?;

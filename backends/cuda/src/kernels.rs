@@ -102,13 +102,19 @@ pub const MODULES: &[Module] = &[
         file: "attention.cu",
         source: include_str!("../kernels/attention.cu"),
         blocks: false,
-        entries: &["kv_store", "attn_f32"],
+        entries: &["kv_store", "attn_kv"],
     },
     Module {
         file: "delta.cu",
         source: include_str!("../kernels/delta.cu"),
         blocks: false,
         entries: &["conv1d_causal", "conv_state_update", "delta_rule"],
+    },
+    Module {
+        file: "delta_chunk.cu",
+        source: include_str!("../kernels/delta_chunk.cu"),
+        blocks: false,
+        entries: &["delta_chunk_prep", "delta_chunk_apply"],
     },
     Module {
         file: "moe.cu",

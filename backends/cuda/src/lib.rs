@@ -16,22 +16,32 @@
 //! Today's `Backend` trait hands host tensors in and out of every op, so each op
 //! uploads its activation inputs and downloads its output, and stateful ops upload and
 //! download their layer state (docs/cuda.md lists these copies and the trait change
-//! that removes them). KV caches that are not f32 (or use shadows / rotation / a
-//! wrapped ring) and hidden sizes the kernels do not take run on the CPU backend
-//! instead, inside `execute`, so results stay correct.
+//! that removes them). Every op runs on the device: attention over every KV-cache
+//! format (f32 / f16 / q8_0 / q4_0, shadows, Hadamard rotation, ring), the delta rule
+//! for any head size (recurrent or chunked). There is no CPU fallback.
+//!
+//! For the device-resident engine path: CUDA graphs (capture / replay / re-capture on a
+//! geometry change) and events (record / query / wait), `stream.rs` over the host-side
+//! bookkeeping of `graphs.rs`.
 
 mod device;
 pub mod formats;
+pub mod graphs;
 pub mod kernels;
+mod ops_attn;
+mod ops_delta;
 mod ops_linear;
 mod ops_misc;
 mod ops_state;
+mod stream;
+
+pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;
 use pn_engine::{Backend, Node, Support};
 use pn_ops::reference::common::validate;
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -51,6 +61,9 @@ pub enum CudaError {
     Driver(String),
     #[error("unsupported on cuda: {0}")]
     Unsupported(String),
+    /// Misuse of the graph / event API (nested capture, unknown event, ...).
+    #[error("CUDA graph: {0}")]
+    Graph(String),
 }
 
 /// The CUDA backend on one device.
@@ -59,8 +72,10 @@ pub struct CudaBackend {
     label: String,
     /// One op at a time: ops share the stream and the weight cache.
     lock: Mutex<()>,
-    /// The CPU backend for the configurations the device kernels do not take.
-    cpu: OnceLock<pn_cpu::CpuBackend>,
+    /// Captured graphs (stream.rs); taken after `lock` when both are held.
+    graphs: Mutex<graphs::GraphTable<stream::SendGraph>>,
+    /// Recorded events (stream.rs).
+    events: Mutex<graphs::EventTable<cudarc::driver::CudaEvent>>,
 }
 
 impl CudaBackend {
@@ -73,7 +88,8 @@ impl CudaBackend {
             dev,
             label,
             lock: Mutex::new(()),
-            cpu: OnceLock::new(),
+            graphs: Mutex::new(Default::default()),
+            events: Mutex::new(Default::default()),
         })
     }
 
@@ -108,10 +124,6 @@ impl CudaBackend {
         }
     }
 
-    fn cpu(&self) -> &pn_cpu::CpuBackend {
-        self.cpu.get_or_init(|| pn_cpu::CpuBackend::new(0))
-    }
-
     /// Run one op on the device (what [`Backend::execute`] does).
     pub fn run(
         &self,
@@ -121,6 +133,14 @@ impl CudaBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         validate(op, ins, out)?;
+        if let Some(key) = self.capturing() {
+            return Err(OpError::Invalid {
+                op: op.kind(),
+                msg: format!(
+                    "cuda: graph {key} is being captured; execute() copies host tensors and cannot be captured"
+                ),
+            });
+        }
         let _guard = self.lock.lock().map_err(|_| OpError::Invalid {
             op: op.kind(),
             msg: "cuda backend lock poisoned".into(),
@@ -189,22 +209,16 @@ impl CudaBackend {
                 scale,
                 state: _,
             } => {
-                let g = ops_state::AttnGeom {
+                let g = ops_attn::AttnGeom {
                     n_head: *n_head,
                     n_head_kv: *n_head_kv,
                     d: *head_dim,
                     scale: *scale,
                 };
-                match ops_state::attention(d, ins, out, state, g)? {
-                    ops_state::Outcome::Done(t) => Ok(t),
-                    ops_state::Outcome::OnCpu(state) => self.cpu().run(op, ins, out, state),
-                }
+                ops_attn::attention(d, ins, out, state, g)
             }
             Op::Conv1dCausal { d_conv, state: _ } => ops_state::conv1d(d, ins, out, state, *d_conv),
-            Op::DeltaRule { state: _ } => match ops_state::delta_rule(d, ins, out, state)? {
-                ops_state::Outcome::Done(t) => Ok(t),
-                ops_state::Outcome::OnCpu(state) => self.cpu().run(op, ins, out, state),
-            },
+            Op::DeltaRule { state: _ } => ops_delta::delta_rule(d, ins, out, state),
         }
     }
 }
