@@ -9,9 +9,11 @@ mod cmd_dump;
 mod cmd_info;
 mod cmd_logits;
 mod cmd_run;
+mod cmd_synth;
 mod cmd_tokenize;
 mod load;
 mod sampling;
+mod synth_write;
 mod tensor_opts;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +46,8 @@ enum Cmd {
     Dump(cmd_dump::DumpArgs),
     /// Compare every named tensor with a reference dump and name the first divergence.
     Diff(cmd_diff::DiffArgs),
+    /// Write a synthetic qwen35moe GGUF with seeded random weights (any preset and weight type).
+    Synth(cmd_synth::SynthArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Cmd::Chat(a) => cmd_chat::run(a),
         Cmd::Dump(a) => cmd_dump::run(a),
         Cmd::Diff(a) => cmd_diff::run(a),
+        Cmd::Synth(a) => cmd_synth::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

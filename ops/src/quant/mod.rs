@@ -39,6 +39,7 @@ pub mod k_quants;
 pub mod legacy;
 pub mod mxfp4;
 pub mod q8;
+pub mod quantize_weights;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 /// The previous single-row AVX2 kernels, kept as a test oracle: the tile kernels must
