@@ -48,6 +48,10 @@ fn act_i8(y: &[u8]) -> impl Iterator<Item = i32> + '_ {
 }
 
 pub fn dequant_q4_0(src: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::x86::dequant_q4_0(src, out) {
+        return;
+    }
     for (b, o) in src.chunks_exact(Q4_0_BYTES).zip(out.chunks_exact_mut(32)) {
         let d = rd_f16(b, 0);
         for (y, q) in o.iter_mut().zip(nibbles(&b[2..])) {

@@ -54,6 +54,12 @@ mod x86_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack;
 
+/// F16 bits -> f32 with F16C when available (false: not done, use the scalar path).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn x86_f16_row(src: &[u16], out: &mut [f32]) -> bool {
+    x86::f16_bits_to_f32_row(src, out)
+}
+
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum QuantError {
     #[error("type {0} cannot be dequantized (unsupported block format)")]

@@ -241,6 +241,60 @@ unsafe fn dequant_f16_avx(src: &[u8], out: &mut [f32]) {
     }
 }
 
+/// F16 values (as u16 bits) -> f32, F16C (exact, as the scalar conversion).
+pub fn f16_bits_to_f32_row(src: &[u16], out: &mut [f32]) -> bool {
+    if !has_avx2() || src.len() != out.len() {
+        return false;
+    }
+    let n = out.len();
+    // SAFETY: features detected above; 8 values at i and 8 floats at i exist (i + 8 <= n).
+    unsafe {
+        let mut i = 0;
+        while i + 8 <= n {
+            cvt8(src.as_ptr().add(i), out.as_mut_ptr().add(i));
+            i += 8;
+        }
+        for j in i..n {
+            out[j] = super::floats::f16_bits_to_f32(src[j]);
+        }
+    }
+    true
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn cvt8(src: *const u16, out: *mut f32) {
+    // SAFETY: the caller guarantees 8 values at src and 8 floats at out.
+    unsafe { _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128(src as *const __m128i))) }
+}
+
+/// Q4_0 blocks -> f32 (`(q − 8)·d`, the scalar formula: exact int to float, one product).
+pub fn dequant_q4_0(src: &[u8], out: &mut [f32]) -> bool {
+    if !has_avx2() || src.len() / super::legacy::Q4_0_BYTES * 32 != out.len() {
+        return false;
+    }
+    // SAFETY: features detected above; lengths checked above.
+    unsafe { dequant_q4_0_avx(src, out) };
+    true
+}
+
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn dequant_q4_0_avx(src: &[u8], out: &mut [f32]) {
+    let m4 = _mm_set1_epi8(0x0f);
+    let eight = _mm256_set1_epi32(8);
+    for (b, o) in src.chunks_exact(super::legacy::Q4_0_BYTES).zip(out.chunks_exact_mut(32)) {
+        // SAFETY: b is one 18-byte block, o 32 floats.
+        unsafe {
+            let d = _mm256_set1_ps(super::rd_f16(b, 0));
+            let q = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
+            let (lo, hi) = (_mm_and_si128(q, m4), _mm_and_si128(_mm_srli_epi16(q, 4), m4));
+            for (k, v) in [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)].into_iter().enumerate() {
+                let i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(v), eight);
+                _mm256_storeu_ps(o.as_mut_ptr().add(8 * k), _mm256_mul_ps(_mm256_cvtepi32_ps(i), d));
+            }
+        }
+    }
+}
+
 /// f32 row -> F16 (round to nearest even, as `_mm256_cvtps_ph(x, 0)`).
 pub fn quantize_f16(x: &[f32], out: &mut [u8]) -> bool {
     if !has_avx2() || out.len() != 2 * x.len() {

@@ -259,6 +259,10 @@ pub fn to_f16(x: &[f32], out: &mut [u16]) {
 
 /// f16 bits -> f32 row (shadows).
 pub fn from_f16(src: &[u16], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::x86_f16_row(src, out) {
+        return;
+    }
     for (o, &b) in out.iter_mut().zip(src) {
         *o = f16_bits_to_f32(b);
     }
