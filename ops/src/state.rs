@@ -274,6 +274,13 @@ impl KvCache {
         }
     }
 
+    /// Whether queries at positions `a` and `b` (both ≥ `j`) read position `j` from the
+    /// same place ([`KvCache::source`] depends on the query only through the window test).
+    pub fn same_source(&self, j: usize, a: usize, b: usize) -> bool {
+        let w = self.shadow.window;
+        j < self.shadow.sink || (j + w > a) == (j + w > b)
+    }
+
     /// Decode what [`KvCache::source`] points at into `out` (`head_dim` f32).
     pub fn read(&self, key: bool, g: usize, j: usize, p: usize, out: &mut [f32]) {
         match self.source(key, g, j, p) {

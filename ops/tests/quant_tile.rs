@@ -47,7 +47,7 @@ fn block_matches_vec_dot_bitwise() {
         let n = if bs == 256 { 512 } else { 96 };
         let a_ty = vec_dot_type(ty);
         let (wrb, rb) = (ty.row_bytes(n).unwrap(), a_ty.row_bytes(n).unwrap());
-        let (ws, st, rows) = (wrb + 3, rb + 5, 19usize);
+        let (ws, st, rows) = (wrb + 3, rb + 5, 27usize);
         let mut w = vec![0u8; rows * ws];
         for r in 0..rows {
             w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
@@ -99,7 +99,7 @@ fn tile_throughput() {
             let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
             quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
         }
-        for m in [1usize, 4, 8, 64] {
+        for m in [1usize, 2, 3, 4, 6, 8, 64] {
             let mut out = vec![0f32; rows * toks];
             let mut dt = f64::MAX;
             for _ in 0..7 {

@@ -19,14 +19,14 @@ use std::arch::x86_64::*;
 #[repr(C, align(32))]
 pub struct Packed {
     /// Element groups: vector `8·cb + g` holds elements 32·cb + 4g .. +4 of the 8 rows.
-    w: [__m256i; 64],
+    pub(super) w: [__m256i; 64],
     /// Sub-block scales per row (8 used by Q4_K, 16 by Q6_K).
-    sc: [__m256i; 16],
+    pub(super) sc: [__m256i; 16],
     /// i16 pairs multiplied with the activation bsum pairs: Q4_K (m_s, m_s), Q6_K
     /// (sc_2p, sc_2p+1).
-    corr: [__m256i; 8],
-    d: __m256,
-    dm: __m256,
+    pub(super) corr: [__m256i; 8],
+    pub(super) d: __m256,
+    pub(super) dm: __m256,
 }
 
 #[inline(always)]
