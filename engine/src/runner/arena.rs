@@ -91,6 +91,13 @@ impl Arena {
         grow
     }
 
+    /// Forgets reservations of resident slots the backend refused (`reserve`'s result).
+    pub fn unreserve(&mut self, grow: &[(Phys, usize)]) {
+        for (p, _) in grow {
+            self.res[p.die][p.class][p.slot] = 0;
+        }
+    }
+
     pub fn get(&self, p: Phys) -> &Option<Tensor> {
         &self.slots[p.die][p.class][p.slot]
     }

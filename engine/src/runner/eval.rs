@@ -127,6 +127,7 @@ impl Runner {
         let mut guard = self.arena.lock().expect("arena lock");
         let arena: &mut Arena = &mut guard;
         let mut grow = Vec::new();
+        let first = worst.is_some();
         if let Some(w) = worst {
             grow = arena.reserve(&w.prog, &self.resident);
             arena.grown = 0;
@@ -134,7 +135,14 @@ impl Runner {
         }
         grow.extend(arena.reserve(prog, &self.resident));
         if !grow.is_empty() {
-            self.reserve_resident(&grow)?;
+            if let Err(e) = self.reserve_resident(&grow) {
+                // not reserved: asked again by the next pass
+                arena.unreserve(&grow);
+                if first {
+                    self.reserved.store(false, Ordering::Relaxed);
+                }
+                return Err(e);
+            }
         }
         let mut moves = Moves::default();
         if self.resident.contains(&true) || seqs.iter().any(|s| s.is_resident()) {

@@ -185,15 +185,17 @@ impl Pass<'_, '_> {
             source,
         };
         backend.begin_segment(run).map_err(|e| hook("start", e))?;
-        if observer.is_some() || self.runner.debug >= 3 {
+        let res = if observer.is_some() || self.runner.debug >= 3 {
             // The observer (tensor dumps) stays on the caller's thread.
-            self.resident_ops(sp, backend, observer, m)?;
+            self.resident_ops(sp, backend, observer, m)
         } else {
             let mut res = Ok(());
             backend.run_pass(&mut || res = self.resident_ops(sp, backend, &mut None, m));
-            res?;
-        }
-        backend.end_segment(run).map_err(|e| hook("end", e))
+            res
+        };
+        // the segment is closed even when an op failed (CUDA: end the capture)
+        let end = backend.end_segment(run).map_err(|e| hook("end", e));
+        res.and(end)
     }
 
     fn resident_ops(
