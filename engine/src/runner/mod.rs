@@ -61,14 +61,14 @@ pub enum RunError {
         device: String,
         reason: String,
     },
-    /// A resident backend failed to reserve, upload or download a buffer slot.
-    #[error("{action} of {node} ({slot}) on {device}: {source}")]
+    /// A resident backend failed to reserve, upload, download or copy a buffer slot
+    /// (`slot`: its id and die, e.g. `slot 3/0#5 on cuda:0`).
+    #[error("{action} of {node} ({slot}): {source}")]
     Slot {
         action: &'static str,
         node: String,
         slot: String,
-        device: String,
-        source: OpError,
+        source: Box<OpError>,
     },
     /// A layer state could not be moved between the host and a resident backend.
     #[error("{0}")]

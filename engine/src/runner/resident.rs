@@ -37,9 +37,8 @@ impl Runner {
         RunError::Slot {
             action,
             node: node.to_string(),
-            slot: self.slot_id(p).to_string(),
-            device: self.dies[p.die].device.to_string(),
-            source,
+            slot: format!("{} on {}", self.slot_id(p), self.dies[p.die].device),
+            source: Box::new(source),
         }
     }
 
