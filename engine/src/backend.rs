@@ -59,14 +59,15 @@ pub enum ResidentInput<'a> {
 }
 
 /// A segment about to run (or just run) on a resident die: hooks for CUDA graph capture.
-/// `replay`: this segment of this geometry (`n_tokens`) ran before with the same op list
-/// and the same slots (`stable`: its geometry is fixed step to step, e.g. decode); the
-/// state keys and the uploaded inputs may differ.
+/// (`arena`, `n_tokens`, `all_logits`, `segment`) names one op list over fixed slots;
+/// `replay`: it ran before (`stable`: its geometry is fixed step to step, e.g. decode);
+/// the state keys and the uploaded inputs may differ between runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentRun {
     pub arena: u64,
     pub segment: usize,
     pub n_tokens: usize,
+    pub all_logits: bool,
     pub stable: bool,
     pub replay: bool,
 }

@@ -202,6 +202,7 @@ impl Runner {
                     arena: self.arena_ids[sp.die],
                     segment: si,
                     n_tokens: tokens.len(),
+                    all_logits,
                     stable,
                     replay,
                 };

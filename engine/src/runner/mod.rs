@@ -10,7 +10,7 @@
 //! A die whose backend is resident ([`Backend::resident`]) keeps its buffer slots and
 //! the layer states of its layers; the runner then moves only graph inputs (uploaded),
 //! values crossing a die boundary, the graph output and observer copies (downloaded),
-//! see [`resident`].
+//! see `runner/resident.rs`.
 
 mod arena;
 mod eval;

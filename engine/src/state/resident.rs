@@ -5,7 +5,7 @@
 //! copy under [`StateKey`] `{ seq: id, layer }`; the host copy is then stale (keeps its
 //! shape; a test backend fills it with NaN). Moves:
 //! - the runner places each layer on the backend of the die whose ops use it before a
-//!   pass ([`SeqState::place`]: upload; from another backend: home first);
+//!   pass (`SeqState::place`: upload; from another backend: home first);
 //! - host readers (snapshot, clone, `==`) copy from the owner without moving it;
 //! - host writers bring the layer home ([`SeqState::sync`], `layers_mut`, `set_overflow`)
 //!   or drop the device copy when they overwrite everything (`reset`, `restore`);
