@@ -1,7 +1,81 @@
 //! The backend trait: something that can execute graph nodes.
+//!
+//! Two execution protocols (docs/cuda.md):
+//! - **host** (the default; CPU, reference): `execute` / `execute_into` take host tensors
+//!   and the host `LayerState`; the runner owns every buffer.
+//! - **resident** (`resident() == true`; a device backend such as CUDA): the backend keeps
+//!   the runner's buffer slots and the sequences' layer states in its own memory. The
+//!   runner reserves the slots once ([`Backend::reserve_slots`], worst-case bytes, so
+//!   buffers never move and a segment can be captured), uploads the graph inputs and
+//!   the values crossing into the die ([`Backend::upload`]), downloads what leaves it
+//!   (transfers to a host die, the graph output, observer copies: [`Backend::download`]),
+//!   runs ops on slot ids ([`Backend::execute_resident`]) and moves layer states
+//!   explicitly ([`Backend::state_upload`] / [`Backend::state_download`] /
+//!   [`Backend::state_release`], keyed by [`StateKey`]; crate::state::resident).
 
 use crate::graph::Node;
-use pn_ops::{LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value};
+use pn_ops::{DType, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value, WeightView};
+use std::any::Any;
+
+/// A buffer slot of the runner's memory plan on one die. `arena` is unique per (runner,
+/// die); `class` / `slot` are the plan's (planner::program::CLASS_*, slot index).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlotId {
+    pub arena: u64,
+    pub class: u32,
+    pub slot: u32,
+}
+
+impl std::fmt::Display for SlotId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "slot {}/{}#{}", self.arena, self.class, self.slot)
+    }
+}
+
+/// A slot to reserve: its element type and the most bytes any geometry writes there.
+/// Reserved once for the worst case (`ubatch` tokens, all logits); a later call with a
+/// larger size for the same id means a geometry outgrew it (counted by the runner).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotSpec {
+    pub id: SlotId,
+    pub dtype: DType,
+    pub bytes: usize,
+}
+
+/// One layer state held by a resident backend: the sequence's [`crate::SeqState::id`]
+/// (unique per state, never reused in a process) and the layer index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StateKey {
+    pub seq: u64,
+    pub layer: u32,
+}
+
+/// An input of a resident op: a slot holding a value of `meta`, or a weight (zero-copy
+/// GGUF bytes; a device backend uploads and caches it once).
+#[derive(Clone, Copy, Debug)]
+pub enum ResidentInput<'a> {
+    Slot(SlotId, TensorMeta),
+    Weight(WeightView<'a>),
+}
+
+/// A segment about to run (or just run) on a resident die: hooks for CUDA graph capture.
+/// (`arena`, `n_tokens`, `all_logits`, `segment`) names one op list over fixed slots;
+/// `replay`: it ran before (`stable`: its geometry is fixed step to step, e.g. decode);
+/// the state keys and the uploaded inputs may differ between runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentRun {
+    pub arena: u64,
+    pub segment: usize,
+    pub n_tokens: usize,
+    pub all_logits: bool,
+    pub stable: bool,
+    pub replay: bool,
+}
+
+/// The error of a resident-protocol method a backend does not implement.
+pub fn not_resident(backend: &str, what: &'static str) -> OpError {
+    OpError::Invalid { op: what, msg: format!("backend {backend} is not resident") }
+}
 
 /// Whether a backend can run a node.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,6 +140,96 @@ pub trait Backend: Send + Sync {
             .zip(states.iter_mut())
             .map(|((ins, out), st)| self.execute(op, ins, out, st.as_deref_mut()))
             .collect()
+    }
+
+    // ---- resident protocol: the defaults say "not resident"; the runner calls the
+    // methods below only on a backend whose `resident()` is true. ----
+
+    /// Whether this backend keeps slots and layer states in its own memory.
+    fn resident(&self) -> bool {
+        false
+    }
+    /// `Some(self)` for a backend that can copy die-to-die from another instance of its
+    /// own type ([`Backend::copy_from`] downcasts the source with it).
+    fn as_any(&self) -> Option<&dyn Any> {
+        None
+    }
+    /// Reserve (or grow) buffer slots. Called before the first pass with every slot of
+    /// the worst-case geometry, later only for a slot a geometry outgrows.
+    fn reserve_slots(&self, _specs: &[SlotSpec]) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "reserve_slots"))
+    }
+    /// Free every slot of `arena` (the runner is dropped).
+    fn release_slots(&self, _arena: u64) {}
+    /// Host → slot (graph inputs, values arriving from a host die).
+    fn upload(&self, _slot: SlotId, _t: &Tensor) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "upload"))
+    }
+    /// Slot → host: `out` gets the value of `meta` the slot holds (its buffer reused when
+    /// it has room). Synchronous: the data is in `out` when it returns.
+    fn download(&self, _slot: SlotId, _meta: &TensorMeta, _out: &mut Tensor) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "download"))
+    }
+    /// Die-to-die copy of slot `from` of `src` (another die's backend) into `to`, without
+    /// the host. `Ok(false)`: not possible (e.g. another backend type); the runner then
+    /// downloads and uploads.
+    fn copy_from(&self, _src: &dyn Backend, _from: SlotId, _to: SlotId, _meta: &TensorMeta) -> Result<bool, OpError> {
+        Ok(false)
+    }
+    /// Runs `op` on slots: inputs from their slots (or weights), the result of `meta`
+    /// into slot `out` (never an input), `state` for stateful ops (held by this backend
+    /// since a [`Backend::state_upload`]). Results must be bitwise those of `execute`.
+    fn execute_resident(
+        &self,
+        _op: &Op,
+        _inputs: &[ResidentInput<'_>],
+        _meta: &TensorMeta,
+        _state: Option<StateKey>,
+        _out: SlotId,
+    ) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "execute_resident"))
+    }
+    /// The stateful `op` once per sequence (decode slots, crate::slots): sequence `i` owns
+    /// the next `lens[i]` tokens of every activation input (token axis outermost) and the
+    /// state `states[i]`; the outputs are concatenated into `out` (`meta`: all tokens).
+    /// Each row bitwise what the sequence gives alone ([`crate::slots::run_per_sequence`]
+    /// is the host reference).
+    fn execute_multi_resident(
+        &self,
+        _op: &Op,
+        _inputs: &[ResidentInput<'_>],
+        _meta: &TensorMeta,
+        _states: &[StateKey],
+        _lens: &[usize],
+        _out: SlotId,
+    ) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "execute_multi_resident"))
+    }
+    /// Host → backend: from now on the backend's copy of `key` is authoritative. `st` is
+    /// the host copy; the backend may overwrite its contents (a test backend poisons it)
+    /// but must keep its shape (buffer lengths: `SeqState::bytes` reads them).
+    fn state_upload(&self, _key: StateKey, _st: &mut LayerState) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "state_upload"))
+    }
+    /// Backend → host: copies the backend's `key` into `st` (same shape). The backend's
+    /// copy stays; the caller releases it when the host becomes the owner.
+    fn state_download(&self, _key: StateKey, _st: &mut LayerState) -> Result<(), OpError> {
+        Err(not_resident(self.name(), "state_download"))
+    }
+    /// Copies state `from` to a new key `to` on the backend (a fork, `SeqState::clone`).
+    /// `Ok(false)`: not supported; the fork then goes through the host.
+    fn state_copy(&self, _from: StateKey, _to: StateKey) -> Result<bool, OpError> {
+        Ok(false)
+    }
+    /// Drops the backend's copy of `key` (the host owns it again, or the state is gone).
+    fn state_release(&self, _key: StateKey) {}
+    /// Before a segment's ops on this die (CUDA: begin capture, or replay).
+    fn begin_segment(&self, _seg: &SegmentRun) -> Result<(), OpError> {
+        Ok(())
+    }
+    /// After a segment's ops (CUDA: end capture / launch the graph, record an event).
+    fn end_segment(&self, _seg: &SegmentRun) -> Result<(), OpError> {
+        Ok(())
     }
 }
 

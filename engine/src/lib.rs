@@ -20,9 +20,14 @@ pub mod sampler;
 pub mod slots;
 pub mod state;
 pub mod tensor_dump;
+#[doc(hidden)]
+pub mod testing;
 pub mod tokenizer;
 
-pub use backend::{f32_out, i32_out, store_into, Backend, ReferenceBackend, Support};
+pub use backend::{
+    f32_out, i32_out, store_into, Backend, ReferenceBackend, ResidentInput, SegmentRun, SlotId, SlotSpec,
+    StateKey, Support,
+};
 pub use gguf::{Gguf, GgufError, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};
 pub use model::{Geometry, LayerInfo, Model};

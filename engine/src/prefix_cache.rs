@@ -171,12 +171,17 @@ impl PrefixCache {
         true
     }
 
-    /// Snapshot `st`, the state after `tokens` (e.g. at the end of a turn).
+    /// Snapshot `st`, the state after `tokens` (e.g. at the end of a turn). Layers a
+    /// resident backend holds are copied from it (they stay there); a failed copy
+    /// inserts nothing.
     pub fn insert_state(&mut self, tokens: &[u32], st: &SeqState) -> bool {
         if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || self.contains(tokens) {
             return false;
         }
-        self.insert(tokens, st.snapshot())
+        match st.snapshot() {
+            Ok(snap) => self.insert(tokens, snap),
+            Err(_) => false,
+        }
     }
 
     fn evict_lru(&mut self) {
@@ -202,6 +207,7 @@ impl PrefixCache {
         let cut = |b: usize| b.is_multiple_of(ub) || (on_iv(b) && end - b >= MIN_TAIL);
         let mut p = 0;
         let hit = on.then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
+        // restore / reset drop a resident backend's copies (the next pass uploads)
         if let Some((n, snap)) = hit {
             if st.restore(&snap).is_ok() {
                 p = n;

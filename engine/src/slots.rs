@@ -9,17 +9,18 @@
 //! and the outputs are concatenated. Kernels stay single-sequence, positions are per
 //! token, and every row is bitwise what the sequence gives alone (tests/tests/slots.rs).
 //!
-//! Slots own the bound sequences' states. A [`SlotHandle`] names a binding: it carries
+//! Slots own the bound sequences' states (binding, moving, compacting and resizing move
+//! the `SeqState` values: layers a resident backend holds stay there, keyed by the
+//! sequence's id). A [`SlotHandle`] names a binding: it carries
 //! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
 use crate::backend::Backend;
-use crate::graph::Node;
 use crate::model::Model;
 use crate::runner::{Logits, RunError, Runner};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
-use pn_ops::{OpError, Shape, Tensor, TensorData, TensorMeta, Value};
+use pn_ops::{LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
 use thiserror::Error;
 
 /// Default and largest slot counts.
@@ -186,9 +187,10 @@ impl Slots {
         self.bind_at(dst, st)
     }
     /// Copy a sequence's state into the free slot `dst` (a fork: both continue
-    /// independently from the same point).
+    /// independently from the same point; a resident backend copies its layers on the
+    /// device where it can, `SeqState::try_clone`).
     pub fn copy_to(&mut self, h: SlotHandle, dst: usize) -> Result<SlotHandle, SlotError> {
-        let st = self.state(h)?.clone();
+        let st = self.state(h)?.try_clone().map_err(RunError::from)?;
         self.bind_at(dst, st)
     }
     /// Move every bound sequence to the lowest slots, keeping their order. Returns
@@ -312,22 +314,23 @@ fn slice_tokens(x: &Tensor, t: usize, t0: usize, n: usize) -> Result<Tensor, Str
     })
 }
 
-/// Runs a stateful op once per sequence on its slice of the token axis with its layer
-/// state `layer`, and concatenates the outputs (crate::runner's multi-sequence passes).
-/// The per-sequence calls go to the backend together ([`Backend::execute_multi`]), which
-/// may run them concurrently (CPU: one pool task per sequence); each is bitwise what the
-/// sequence gives alone.
-pub(crate) fn run_per_sequence(
+/// Runs the stateful `op` once per sequence on its slice of the token axis with its layer
+/// state `states[i]` (sequence `i` owns the next `lens[i]` tokens), and concatenates the
+/// outputs of `meta` (crate::runner's multi-sequence passes; also the host reference for
+/// `Backend::execute_multi_resident`). The per-sequence calls go to the backend together
+/// ([`Backend::execute_multi`]), which may run them concurrently (CPU: one pool task per
+/// sequence); each is bitwise what the sequence gives alone.
+pub fn run_per_sequence(
     backend: &dyn Backend,
-    node: &Node,
+    op: &Op,
+    meta: &TensorMeta,
     ins: &[Value<'_>],
-    layer: usize,
-    seqs: &mut [&mut SeqState],
+    states: &mut [Option<&mut LayerState>],
     lens: &[usize],
 ) -> Result<Tensor, OpError> {
-    let bad = |msg: String| OpError::Invalid { op: node.op.kind(), msg };
+    let bad = |msg: String| OpError::Invalid { op: op.kind(), msg };
     let t: usize = lens.iter().sum();
-    let axis = token_axis(&node.out.shape, t).map_err(bad)?;
+    let axis = token_axis(&meta.shape, t).map_err(bad)?;
     // every sequence's slices of the activations, then its inputs and output meta
     let mut parts: Vec<Vec<Tensor>> = Vec::with_capacity(lens.len());
     let mut t0 = 0;
@@ -358,21 +361,23 @@ pub(crate) fn run_per_sequence(
     let outs: Vec<TensorMeta> = lens
         .iter()
         .map(|&n| {
-            let mut shape = node.out.shape;
+            let mut shape = meta.shape;
             shape.0[axis] = n;
-            TensorMeta { shape, dtype: node.out.dtype }
+            TensorMeta { shape, dtype: meta.dtype }
         })
         .collect();
-    let mut states: Vec<_> = seqs.iter_mut().map(|st| st.layers.get_mut(layer)).collect();
-    let ys = backend.execute_multi(&node.op, &subs, &outs, &mut states)?;
+    if states.len() != lens.len() {
+        return Err(bad(format!("{} states for {} sequences", states.len(), lens.len())));
+    }
+    let ys = backend.execute_multi(op, &subs, &outs, states)?;
     if ys.len() != lens.len() {
         return Err(bad(format!("{} outputs for {} sequences", ys.len(), lens.len())));
     }
-    let mut data: Vec<f32> = Vec::with_capacity(node.out.shape.numel());
+    let mut data: Vec<f32> = Vec::with_capacity(meta.shape.numel());
     for y in &ys {
         data.extend_from_slice(y.as_f32());
     }
-    Ok(Tensor::f32(node.out.shape, data))
+    Ok(Tensor::f32(meta.shape, data))
 }
 
 /// `PN_MAX_SLOTS` (default 16), or `flag` when given; 1..=MAX_SLOTS.

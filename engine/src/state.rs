@@ -1,22 +1,32 @@
 //! Per-sequence state: layer states (KV caches, conv + delta-rule states) and position,
 //! with snapshots (the basis of prefix caching and speculative-decoding rollback).
+//!
+//! A layer's authoritative copy is on the host or on one resident backend
+//! ([`resident`]): readers here take a copy from the owner, writers bring it home first.
 
 pub mod kv;
+pub mod resident;
+
+pub use resident::MoveError;
 
 use pn_ops::{KvType, LayerSnapshot, LayerState, Overflow};
 use thiserror::Error;
 
 /// The state of one sequence. A fresh sequence has zero recurrent state, an empty KV
-/// cache and position 0 (spec §10.21).
-#[derive(Clone, Debug, PartialEq)]
+/// cache and position 0 (spec §10.21). `Clone` forks it (a new [`SeqState::id`]);
+/// equality compares positions and the authoritative layer contents.
 pub struct SeqState {
     /// Number of tokens processed so far (the next token's position).
     pub pos: usize,
     /// KV capacity in positions.
     pub max_seq: usize,
-    pub layers: Vec<LayerState>,
+    /// Host copies of the layer states (stale while a resident backend owns one; see
+    /// [`SeqState::layers`]).
+    layers: Vec<LayerState>,
     /// What a position ≥ max_seq does: an error (default) or ring (sliding window).
     pub overflow: Overflow,
+    /// Which layers a resident backend owns (none: all on the host).
+    res: resident::Residency,
 }
 
 /// A copy of a sequence's state: position, every recurrent state, and only the KV cells
@@ -41,18 +51,43 @@ pub enum SnapshotError {
     Geometry { theirs: usize, ours: usize, their_max: usize, our_max: usize },
     #[error("snapshot layer {layer}: {msg}")]
     Layer { layer: usize, msg: String },
+    #[error(transparent)]
+    Move(#[from] MoveError),
 }
 
 impl SeqState {
     pub fn new(layers: Vec<LayerState>, max_seq: usize) -> SeqState {
-        SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error }
+        SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error, res: resident::Residency::new() }
     }
-    /// Back to a fresh sequence (overflow mode and KV format are kept).
+    /// Back to a fresh sequence (overflow mode and KV format are kept). A device copy is
+    /// dropped, not read: the host's fresh state is uploaded by the next pass.
     pub fn reset(&mut self) {
         self.pos = 0;
+        self.drop_device_copies();
         self.layers.iter_mut().for_each(LayerState::reset);
     }
-    /// Bytes of all layer states (KV cells + shadows + recurrent states).
+    /// Number of layer states.
+    pub fn n_layers(&self) -> usize {
+        self.layers.len()
+    }
+    /// The layer states, brought home first (a resident backend's copies move to the
+    /// host, which owns them until the next pass).
+    pub fn layers(&mut self) -> Result<&[LayerState], MoveError> {
+        self.sync()?;
+        Ok(&self.layers)
+    }
+    /// Layer `l`'s host copy for a host-die op (the runner brought it home first).
+    pub(crate) fn layer_mut(&mut self, l: usize) -> Option<&mut LayerState> {
+        debug_assert!(self.owner(l).is_none(), "layer {l} is on a resident backend");
+        self.layers.get_mut(l)
+    }
+    /// Like [`SeqState::layers`], to modify them.
+    pub fn layers_mut(&mut self) -> Result<&mut [LayerState], MoveError> {
+        self.sync()?;
+        Ok(&mut self.layers)
+    }
+    /// Bytes of all layer states (KV cells + shadows + recurrent states; shapes only,
+    /// which the host copies keep while a backend owns the contents).
     pub fn bytes(&self) -> usize {
         self.layers.iter().map(LayerState::bytes).sum()
     }
@@ -67,14 +102,20 @@ impl SeqState {
             _ => None,
         })
     }
-    /// Select the overflow behaviour (on the sequence and every KV cache).
-    pub fn set_overflow(&mut self, o: Overflow) {
-        self.overflow = o;
-        for l in &mut self.layers {
-            if let LayerState::Kv(k) = l {
-                k.ring = o == Overflow::Ring;
+    /// Select the overflow behaviour (on the sequence and every KV cache). A resident KV
+    /// layer whose mode changes is brought home first.
+    pub fn set_overflow(&mut self, o: Overflow) -> Result<(), MoveError> {
+        let ring = o == Overflow::Ring;
+        for i in 0..self.layers.len() {
+            if matches!(&self.layers[i], LayerState::Kv(k) if k.ring != ring) {
+                self.bring_home(i, None)?;
+                if let LayerState::Kv(k) = &mut self.layers[i] {
+                    k.ring = ring;
+                }
             }
         }
+        self.overflow = o;
+        Ok(())
     }
     /// Whether `n` more tokens can be evaluated (always, in ring mode).
     pub fn fits(&self, n: usize) -> bool {
@@ -84,14 +125,13 @@ impl SeqState {
     pub fn used_cells(&self) -> usize {
         self.pos.min(self.max_seq)
     }
-    /// Copy of the state; costs the used cells, not `max_seq`.
-    pub fn snapshot(&self) -> StateSnapshot {
-        StateSnapshot {
-            pos: self.pos,
-            max_seq: self.max_seq,
-            overflow: self.overflow,
-            layers: self.layers.iter().map(|l| l.snapshot(self.pos)).collect(),
-        }
+    /// Copy of the state; costs the used cells, not `max_seq`. A layer a resident
+    /// backend owns is copied from it (it stays there).
+    pub fn snapshot(&self) -> Result<StateSnapshot, MoveError> {
+        let layers = (0..self.layers.len())
+            .map(|i| Ok(self.current(i)?.snapshot(self.pos)))
+            .collect::<Result<_, MoveError>>()?;
+        Ok(StateSnapshot { pos: self.pos, max_seq: self.max_seq, overflow: self.overflow, layers })
     }
     /// Put a snapshot of this sequence (or of one with the same geometry and KV format)
     /// back: evaluation continues exactly as it did after the snapshot was taken.
@@ -103,11 +143,17 @@ impl SeqState {
         if let Some(i) = self.layers.iter().zip(&s.layers).position(|(l, ls)| !l.accepts(ls)) {
             return Err(SnapshotError::Layer { layer: i, msg: "snapshot of another layer kind, geometry or KV format".into() });
         }
+        // the snapshot overwrites what a later query reads: device copies are dropped,
+        // the host layers cleared (no stale or poisoned cell survives) and restored
+        if self.res.any() {
+            self.drop_device_copies();
+            self.layers.iter_mut().for_each(LayerState::reset);
+        }
         for (i, (l, ls)) in self.layers.iter_mut().zip(&s.layers).enumerate() {
             l.restore(ls).map_err(|msg| SnapshotError::Layer { layer: i, msg })?;
         }
         self.pos = s.pos;
-        self.set_overflow(s.overflow);
+        self.set_overflow(s.overflow)?;
         Ok(())
     }
 }

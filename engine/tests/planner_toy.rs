@@ -426,3 +426,41 @@ fn wrong_backend_count_is_an_error() {
         "{e}"
     );
 }
+
+/// The toy on dies whose backends are `ResidentMock`s over the reference backend where
+/// `mocks[d]` (the resident protocol; tests/tests/resident*.rs covers the real models).
+fn resident_runner(p: Placement, mocks: [bool; 2]) -> Runner {
+    use pn_engine::testing::ResidentMock;
+    let dies = p
+        .named_dies()
+        .into_iter()
+        .enumerate()
+        .map(|(i, device)| {
+            let host: Arc<dyn pn_engine::Backend> = Arc::new(ReferenceBackend);
+            let backend: Arc<dyn pn_engine::Backend> = if mocks[i] {
+                Arc::new(ResidentMock::new(host))
+            } else {
+                host
+            };
+            Die { device, backend }
+        })
+        .collect();
+    Runner::with_dies(Arc::new(Toy), toy_gguf(), dies, p).expect("toy runner")
+}
+
+#[test]
+fn resident_dies_match_host_dies_bit_for_bit() {
+    let one = run(&runner(Placement::single(Device::cpu(0))));
+    assert_eq!(run(&resident_runner(Placement::single(Device::cuda(0)), [true, false])), one);
+    for mocks in [[true, false], [false, true], [true, true]] {
+        for split in 1..L {
+            let r = resident_runner(two(split), mocks);
+            assert_eq!(run(&r), one, "{mocks:?} split {split}");
+            let k = r.counters();
+            assert!(k.uploads > 0 && k.downloads > 0 && k.state_uploads > 0, "{k:?}");
+        }
+        // several segments per die: values cross back and forth
+        let p = two(2).with_override("attn_output-1", 1);
+        assert_eq!(run(&resident_runner(p, mocks)), one, "{mocks:?} with an override");
+    }
+}

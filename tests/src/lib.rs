@@ -90,3 +90,65 @@ pub fn all_logits(r: &Runner, tokens: &[u32]) -> Vec<Vec<f32>> {
     let l = r.forward(&mut st, tokens, true).expect("forward");
     (0..l.rows()).map(|i| l.row(i).to_vec()).collect()
 }
+
+/// Resident-protocol helpers (tests/tests/resident*.rs): runners whose dies are the
+/// CPU backend or [`pn_engine::testing::ResidentMock`] over it.
+pub mod resident {
+    use super::fixture;
+    use pn_cpu::CpuBackend;
+    use pn_engine::planner::{Device, Placement};
+    use pn_engine::runner::Die;
+    use pn_engine::testing::ResidentMock;
+    use pn_engine::{Backend, Gguf, Model, Runner};
+    use std::path::PathBuf;
+    use std::sync::Arc;
+
+    /// The models the resident tests run: an attention-only llama, a hybrid
+    /// (DeltaNet + attention) quantized model, and the default qwen35moe model.
+    pub const MODELS: [&str; 3] = ["tiny-f16.gguf", "ktiny-q4_k_m.gguf", "default"];
+
+    fn path(name: &str) -> PathBuf {
+        if name == "default" {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default/pn-default-code-q4_k_m.gguf")
+        } else {
+            fixture(name)
+        }
+    }
+
+    pub fn load(name: &str) -> (Arc<Gguf>, Arc<dyn Model>) {
+        let g = Arc::new(Gguf::open(&path(name)).expect("model opens"));
+        let m = pn_models::load(&g).expect("model loads");
+        (g, m)
+    }
+
+    /// A die: the CPU backend, or (`mock`) a ResidentMock over its own CPU backend.
+    pub fn die(device: Device, mock: bool) -> (Die, Option<Arc<ResidentMock>>) {
+        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(2));
+        if mock {
+            let m = Arc::new(ResidentMock::new(cpu));
+            (Die { device, backend: m.clone() }, Some(m))
+        } else {
+            (Die { device, backend: cpu }, None)
+        }
+    }
+
+    /// One die (`mock`: resident) with micro-batches of `ubatch` tokens.
+    pub fn single(name: &str, mock: bool, ubatch: usize) -> (Runner, Option<Arc<ResidentMock>>) {
+        let (g, m) = load(name);
+        let dev = if mock { Device::cuda(0) } else { Device::cpu(0) };
+        let (d, mk) = die(dev, mock);
+        let mut r = Runner::with_dies(m, g, vec![d], Placement::single(dev)).expect("runner builds");
+        r.ubatch = ubatch;
+        (r, mk)
+    }
+
+    /// Layers `[0, split)` on die A, the rest on die B; `mocks` says which is resident.
+    pub fn split(name: &str, split: usize, mocks: [bool; 2]) -> (Runner, [Option<Arc<ResidentMock>>; 2]) {
+        let (g, m) = load(name);
+        let dev = |i: usize| if mocks[i] { Device::cuda(i) } else { Device::cpu(i) };
+        let (a, ma) = die(dev(0), mocks[0]);
+        let (b, mb) = die(dev(1), mocks[1]);
+        let p = Placement::split(dev(0), dev(1), split);
+        (Runner::with_dies(m, g, vec![a, b], p).expect("split runner builds"), [ma, mb])
+    }
+}

@@ -146,7 +146,7 @@ fn snapshot_restore_gives_identical_logits() {
     for ty in KvType::ALL {
         let mut st = r.new_state_with(1024, ty);
         r.forward(&mut st, pre, false).unwrap();
-        let snap = st.snapshot();
+        let snap = st.snapshot().unwrap();
         assert_eq!(snap.pos, 20);
         assert!(snap.bytes() < st.bytes(), "{ty}: snapshot {} vs state {}", snap.bytes(), st.bytes());
         let a = logits_with(&r, &mut st, rest);

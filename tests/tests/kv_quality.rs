@@ -47,7 +47,7 @@ fn run(r: &Runner, st: &mut SeqState, toks: &[u32]) -> Vec<Vec<f32>> {
 /// A state of format `ty` with explicit shadows and rotation (`rot`: keep the Hadamard).
 fn state(r: &Runner, n: usize, ty: KvType, sink: usize, window: usize, rot: bool) -> SeqState {
     let mut st = r.new_state_with(n, ty);
-    for l in &mut st.layers {
+    for l in st.layers_mut().unwrap() {
         if let LayerState::Kv(c) = l {
             let mut k = KvCache::with_shadows(c.n_head_kv, c.head_dim, c.capacity, ty, sink, window);
             if !rot {

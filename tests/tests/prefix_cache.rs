@@ -115,7 +115,7 @@ fn lru_eviction_under_budget() {
     let one = {
         let t = tokens(9, 20, v);
         r.forward(&mut st, &t, false).unwrap();
-        st.snapshot().bytes() + 20 * 4
+        st.snapshot().unwrap().bytes() + 20 * 4
     };
     // room for three snapshots of 20 tokens
     let mut c = PrefixCache::new(PrefixCacheConfig { budget_bytes: 3 * one + one / 2, interval: 0, snapshot_end: true });

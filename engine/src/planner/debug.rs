@@ -1,5 +1,5 @@
 //! `PN_DEBUG` for the runner: 1 = one line per segment per step (time, ops, transfer
-//! bytes) plus capture counters; 2 = also a per-op-kind timing table (count, total,
+//! bytes) plus capture counters and the step's host ↔ device copies ([`Moves`]); 2 = also a per-op-kind timing table (count, total,
 //! mean, % of step time), printed when the runner is dropped (so `pn run` shows one table
 //! for the whole generation); 3 = also a value summary line per executed op.
 
@@ -27,6 +27,8 @@ pub struct Profile {
     pub replays: AtomicU64,
     /// Bytes copied between dies.
     pub transfer_bytes: AtomicU64,
+    /// Host ↔ resident-backend traffic (see [`Moves`]).
+    moves: [AtomicU64; N_MOVES],
     step_ns: AtomicU64,
     ops: Mutex<BTreeMap<&'static str, (u64, u64)>>,
 }
@@ -38,15 +40,99 @@ pub struct Counters {
     pub captures: u64,
     pub replays: u64,
     pub transfer_bytes: u64,
+    /// Host → resident backend copies of activations (graph inputs, values arriving from
+    /// a host die or staged between two backends) and their bytes.
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    /// Resident backend → host copies (values leaving for a host die, the graph output,
+    /// observer copies) and their bytes.
+    pub downloads: u64,
+    pub download_bytes: u64,
+    /// Die-to-die copies done by a backend hook (`Backend::copy_from`), and their bytes.
+    pub device_copies: u64,
+    pub device_copy_bytes: u64,
+    /// Layer states moved by the runner to / from resident backends, and their bytes.
+    pub state_uploads: u64,
+    pub state_downloads: u64,
+    pub state_bytes: u64,
+}
+
+const N_MOVES: usize = 9;
+
+/// Host ↔ device traffic of one step (same fields as in [`Counters`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Moves {
+    pub uploads: u64,
+    pub upload_bytes: u64,
+    pub downloads: u64,
+    pub download_bytes: u64,
+    pub device_copies: u64,
+    pub device_copy_bytes: u64,
+    pub state_uploads: u64,
+    pub state_downloads: u64,
+    pub state_bytes: u64,
+}
+
+impl Moves {
+    fn array(&self) -> [u64; N_MOVES] {
+        [
+            self.uploads,
+            self.upload_bytes,
+            self.downloads,
+            self.download_bytes,
+            self.device_copies,
+            self.device_copy_bytes,
+            self.state_uploads,
+            self.state_downloads,
+            self.state_bytes,
+        ]
+    }
+    pub fn is_zero(&self) -> bool {
+        self.array() == [0; N_MOVES]
+    }
+    /// The `PN_DEBUG` step line's part: `up N (B B), down N (B B), d2d N (B B), state up N down N (B B)`.
+    pub fn line(&self) -> String {
+        format!(
+            "host->device {} ({} B), device->host {} ({} B), die-to-die {} ({} B), state up {} down {} ({} B)",
+            self.uploads,
+            self.upload_bytes,
+            self.downloads,
+            self.download_bytes,
+            self.device_copies,
+            self.device_copy_bytes,
+            self.state_uploads,
+            self.state_downloads,
+            self.state_bytes
+        )
+    }
 }
 
 impl Profile {
     pub fn counters(&self) -> Counters {
+        let m: [u64; N_MOVES] = std::array::from_fn(|i| self.moves[i].load(Ordering::Relaxed));
         Counters {
             steps: self.steps.load(Ordering::Relaxed),
             captures: self.captures.load(Ordering::Relaxed),
             replays: self.replays.load(Ordering::Relaxed),
             transfer_bytes: self.transfer_bytes.load(Ordering::Relaxed),
+            uploads: m[0],
+            upload_bytes: m[1],
+            downloads: m[2],
+            download_bytes: m[3],
+            device_copies: m[4],
+            device_copy_bytes: m[5],
+            state_uploads: m[6],
+            state_downloads: m[7],
+            state_bytes: m[8],
+        }
+    }
+    /// Adds one step's host ↔ device traffic.
+    pub fn add_moves(&self, m: &Moves) {
+        if m.is_zero() {
+            return;
+        }
+        for (a, v) in self.moves.iter().zip(m.array()) {
+            a.fetch_add(v, Ordering::Relaxed);
         }
     }
     pub fn add_step(&self, d: Duration) {

@@ -58,8 +58,8 @@ pub struct OpStep {
 #[derive(Clone, Debug)]
 pub struct SegProgram {
     pub die: DieIx,
-    /// (source slot, destination slot, bytes).
-    pub transfers: Vec<(u32, u32, usize)>,
+    /// (source slot, destination slot, bytes, the value's node).
+    pub transfers: Vec<(u32, u32, usize, NodeId)>,
     /// (slot, kind, node): graph inputs filled on this die.
     pub inputs: Vec<(u32, InputKind, NodeId)>,
     pub ops: Vec<OpStep>,
@@ -125,7 +125,7 @@ pub fn build(
                 .get(&(tr.value.index(), tr.from))
                 .ok_or("transfer of a value not computed yet")?;
             let dst = new_slot(&mut slot, (tr.value.index(), tr.to), true, &mut persistent);
-            sp.transfers.push((src, dst, tr.bytes));
+            sp.transfers.push((src, dst, tr.bytes, tr.value));
         }
         for &i in &s.inputs {
             let kind = match g.node(i).op {
@@ -170,7 +170,7 @@ pub fn build(
             });
         }
         // transfer sources are read by the transfer (kept until then)
-        for &(src, _, _) in &sp.transfers {
+        for &(src, _, _, _) in &sp.transfers {
             let e = last.entry(src).or_insert((si, 0));
             *e = (*e).max((si, 0));
         }

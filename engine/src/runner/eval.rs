@@ -1,12 +1,14 @@
 //! One forward pass: the plan's segments in order, each segment's ops run as one pass on
 //! its die's backend ([`Backend::run_pass`]), every op writing its output into the
-//! buffer slot the memory plan gives it ([`Backend::execute_into`], [`super::arena`]).
+//! buffer slot the memory plan gives it ([`Backend::execute_into`], [`super::arena`];
+//! on a resident die `Backend::execute_resident`, [`super::resident`]).
 
 use super::arena::Arena;
 use super::{no_state, Compiled, Observer, RunError, Runner};
-use crate::backend::{store_into, Backend};
+use crate::backend::{store_into, Backend, SegmentRun};
 use crate::graph::Graph;
 use crate::model::Geometry;
+use crate::planner::debug::Moves;
 use crate::planner::program::{InputKind, Phys, SegProgram, Src};
 use crate::state::SeqState;
 use pn_ops::{DType, Shape, Tensor, TensorData, Value, WeightView};
@@ -16,15 +18,15 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 /// What one segment's ops need, borrowed from `eval` (sent to the backend's pass thread).
-struct Pass<'a, 's> {
-    runner: &'a Runner,
-    graph: &'a Graph,
-    views: &'a [WeightView<'a>],
-    phys: &'a [Phys],
-    arena: &'a mut Arena,
-    seqs: &'a mut [&'s mut SeqState],
-    lens: &'a [usize],
-    op_times: &'a mut BTreeMap<&'static str, (u64, u64)>,
+pub(super) struct Pass<'a, 's> {
+    pub runner: &'a Runner,
+    pub graph: &'a Graph,
+    pub views: &'a [WeightView<'a>],
+    pub phys: &'a [Phys],
+    pub arena: &'a mut Arena,
+    pub seqs: &'a mut [&'s mut SeqState],
+    pub lens: &'a [usize],
+    pub op_times: &'a mut BTreeMap<&'static str, (u64, u64)>,
 }
 
 impl Pass<'_, '_> {
@@ -60,14 +62,15 @@ impl Pass<'_, '_> {
             let res = match op.state {
                 None => backend.execute_into(&node.op, &ins, meta, None, &mut out),
                 Some(s) if seqs.len() == 1 => {
-                    let state = seqs[0].layers.get_mut(s).ok_or_else(|| no_state(node, s))?;
+                    let state = seqs[0].layer_mut(s).ok_or_else(|| no_state(node, s))?;
                     backend.execute_into(&node.op, &ins, meta, Some(state), &mut out)
                 }
                 Some(s) => {
-                    if seqs.iter().any(|q| q.layers.len() <= s) {
+                    if seqs.iter().any(|q| q.n_layers() <= s) {
                         return Err(no_state(node, s));
                     }
-                    crate::slots::run_per_sequence(backend, node, &ins, s, seqs, self.lens)
+                    let mut states: Vec<_> = seqs.iter_mut().map(|q| q.layer_mut(s)).collect();
+                    crate::slots::run_per_sequence(backend, &node.op, meta, &ins, &mut states, self.lens)
                         .map(|t| store_into(&mut out, t))
                 }
             };
@@ -123,12 +126,28 @@ impl Runner {
         };
         let mut guard = self.arena.lock().expect("arena lock");
         let arena: &mut Arena = &mut guard;
+        let mut grow = Vec::new();
+        let first = worst.is_some();
         if let Some(w) = worst {
-            arena.reserve(&w.prog);
+            grow = arena.reserve(&w.prog, &self.resident);
             arena.grown = 0;
             self.reserved.store(true, Ordering::Relaxed);
         }
-        arena.reserve(prog);
+        grow.extend(arena.reserve(prog, &self.resident));
+        if !grow.is_empty() {
+            if let Err(e) = self.reserve_resident(&grow) {
+                // not reserved: asked again by the next pass
+                arena.unreserve(&grow);
+                if first {
+                    self.reserved.store(false, Ordering::Relaxed);
+                }
+                return Err(e);
+            }
+        }
+        let mut moves = Moves::default();
+        if self.resident.contains(&true) || seqs.iter().any(|s| s.is_resident()) {
+            self.place_states(plan, seqs, &mut moves)?;
+        }
         let phys = &prog.phys[..];
         let views: Vec<WeightView<'_>> = prog
             .weights
@@ -149,20 +168,16 @@ impl Runner {
         for (si, sp) in prog.segs.iter().enumerate() {
             let t0 = Instant::now();
             let die = &self.dies[sp.die];
-            let mut moved = 0usize;
-            for &(src, dst, bytes) in &sp.transfers {
-                let (src, dst) = (phys[src as usize], phys[dst as usize]);
-                let s = arena
-                    .get_mut(src)
-                    .take()
-                    .expect("transfer source computed by an earlier segment");
-                copy_into(arena.get_mut(dst), &s);
-                *arena.get_mut(src) = Some(s);
-                moved += bytes;
-            }
+            let resident = self.resident[sp.die];
+            let moved = self.transfers_in(sp, graph, phys, arena, &mut moves)?;
             for &(v, kind, node) in &sp.inputs {
-                let slot = arena.get_mut(phys[v as usize]);
+                let p = phys[v as usize];
+                let slot = arena.get_mut(p);
                 fill_input(slot, kind, tokens, seqs, lens);
+                if resident {
+                    let t = slot.as_ref().expect("filled above");
+                    self.upload(p, graph.node(node), t, &mut moves)?;
+                }
                 if plan.nodes[node.index()].seg == Some(si) {
                     if let (Some(obs), Some(t)) = (observer.as_mut(), slot.as_ref()) {
                         obs(graph.node(node), t);
@@ -170,6 +185,8 @@ impl Runner {
                 }
             }
             let backend = &*die.backend;
+            let stable = plan.capture[si].stable;
+            let replay = stable && c.captured[si].load(Ordering::Relaxed);
             let mut pass = Pass {
                 runner: self,
                 graph,
@@ -180,7 +197,17 @@ impl Runner {
                 lens,
                 op_times: &mut op_times,
             };
-            if observer.is_some() || self.debug >= 3 {
+            if resident {
+                let run = SegmentRun {
+                    arena: self.arena_ids[sp.die],
+                    segment: si,
+                    n_tokens: tokens.len(),
+                    all_logits,
+                    stable,
+                    replay,
+                };
+                pass.run_resident(sp, &run, backend, observer, &mut moves)?;
+            } else if observer.is_some() || self.debug >= 3 {
                 // The observer (tensor dumps) stays on the caller's thread.
                 pass.run_ops(sp, backend, observer)?;
             } else {
@@ -188,8 +215,8 @@ impl Runner {
                 backend.run_pass(&mut || res = pass.run_ops(sp, backend, &mut None));
                 res?;
             }
-            let unit = if plan.capture[si].stable {
-                let replay = c.captured[si].swap(true, Ordering::Relaxed);
+            let unit = if stable {
+                c.captured[si].store(true, Ordering::Relaxed);
                 let counter = if replay {
                     &self.profile.replays
                 } else {
@@ -216,10 +243,23 @@ impl Runner {
                 );
             }
         }
+        let p_out = phys[prog.output as usize];
+        let out = if self.resident[p_out.die] {
+            let mut t = arena.take(p_out);
+            let node = graph.node(*graph.outputs.first().expect("checked by program::build"));
+            self.download(p_out, node, &mut t, &mut moves)?;
+            t
+        } else {
+            arena
+                .get_mut(p_out)
+                .take()
+                .expect("the graph output is kept alive")
+        };
         for (st, &n) in seqs.iter_mut().zip(lens) {
             st.pos += n;
         }
         self.profile.add_step(step_t0.elapsed());
+        self.profile.add_moves(&moves);
         if self.debug >= 2 {
             self.profile.add_ops(&op_times);
         }
@@ -232,24 +272,22 @@ impl Runner {
                 })
                 .collect();
             eprintln!(
-                "[pn] step {step}: {} tokens, {:.3} ms; capture units: {} captured, {} replays; arena: {} (grown {}x)",
+                "[pn] step {step}: {} tokens, {:.3} ms; capture units: {} captured, {} replays; arena: {} (grown {}x); {}",
                 tokens.len(),
                 step_t0.elapsed().as_secs_f64() * 1e3,
                 k.captures,
                 k.replays,
                 bufs.join(", "),
-                arena.grown
+                arena.grown,
+                moves.line()
             );
         }
-        Ok(arena
-            .get_mut(phys[prog.output as usize])
-            .take()
-            .expect("the graph output is kept alive"))
+        Ok(out)
     }
 }
 
 /// Copies a value into another die's buffer, reusing the buffer when it has room.
-fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
+pub(super) fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
     if let Some(d) = dst.as_mut() {
         d.shape = src.shape;
         match (&mut d.data, &src.data) {

@@ -6,9 +6,15 @@
 //! Per geometry it keeps a prebuilt op list ([`program::Program`]) and a value table
 //! reused from step to step; graph inputs and transfer destinations are refilled in
 //! place. `PN_DEBUG=1..3` (see [`crate::planner::debug`]) reports timings and values.
+//!
+//! A die whose backend is resident ([`Backend::resident`]) keeps its buffer slots and
+//! the layer states of its layers; the runner then moves only graph inputs (uploaded),
+//! values crossing a die boundary, the graph output and observer copies (downloaded),
+//! see `runner/resident.rs`.
 
 mod arena;
 mod eval;
+mod resident;
 
 use crate::backend::{Backend, Support};
 use crate::gguf::{Gguf, TensorInfo};
@@ -55,6 +61,18 @@ pub enum RunError {
         device: String,
         reason: String,
     },
+    /// A resident backend failed to reserve, upload, download or copy a buffer slot
+    /// (`slot`: its id and die, e.g. `slot 3/0#5 on cuda:0`).
+    #[error("{action} of {node} ({slot}): {source}")]
+    Slot {
+        action: &'static str,
+        node: String,
+        slot: String,
+        source: Box<OpError>,
+    },
+    /// A layer state could not be moved between the host and a resident backend.
+    #[error("{0}")]
+    StateMove(#[from] crate::state::MoveError),
 }
 
 /// Called for every executed node with its output (tensor dumps, debugging).
@@ -111,7 +129,13 @@ pub struct Runner {
     arena: Mutex<arena::Arena>,
     /// Whether the arena was reserved for the worst-case geometry yet.
     reserved: AtomicBool,
+    /// Per die: whether its backend is resident, and the arena id of its slots there.
+    resident: Vec<bool>,
+    arena_ids: Vec<u64>,
 }
+
+/// Arena ids of resident slots ([`crate::backend::SlotId::arena`]): unique per process.
+static NEXT_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn weight_shape(info: &TensorInfo) -> Shape {
     Shape([
@@ -170,6 +194,11 @@ impl Runner {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
+        let resident = dies.iter().map(|d| d.backend.resident()).collect();
+        let arena_ids = dies
+            .iter()
+            .map(|_| NEXT_ARENA.fetch_add(1, Ordering::Relaxed))
+            .collect();
         let r = Runner {
             model,
             gguf,
@@ -184,6 +213,8 @@ impl Runner {
             reported: AtomicBool::new(false),
             arena: Mutex::new(arena::Arena::default()),
             reserved: AtomicBool::new(false),
+            resident,
+            arena_ids,
         };
         r.compiled(Geometry {
             n_tokens: 1,
@@ -217,10 +248,19 @@ impl Runner {
         self.profile.op_table()
     }
 
-    /// A fresh sequence state with room for `max_seq` positions. On CPU dies the layer
-    /// states live in host memory; [`Plan::state_die`] says which die owns each.
+    /// A fresh sequence state with room for `max_seq` positions. Its layers start on the
+    /// host; a pass moves each to the die of its ops ([`Plan::state_die`]) when that
+    /// die's backend is resident.
     pub fn new_state(&self, max_seq: usize) -> SeqState {
         SeqState::new(self.model.new_state(max_seq), max_seq)
+    }
+
+    /// Brings every layer of `st` home from the resident backends (the host copies are
+    /// current afterwards; the next pass uploads them again). [`SeqState`]'s own readers
+    /// and writers do this where they need it; this is for callers that read the host
+    /// copies through [`SeqState::layers`] repeatedly.
+    pub fn sync_state(&self, st: &mut SeqState) -> Result<(), RunError> {
+        Ok(st.sync()?)
     }
 
     /// The graph for a geometry (built once, then cached).
@@ -437,6 +477,11 @@ impl Drop for Runner {
     fn drop(&mut self) {
         if self.debug >= 2 {
             eprint!("{}", self.profile.op_table());
+        }
+        for (d, die) in self.dies.iter().enumerate() {
+            if self.resident[d] {
+                die.backend.release_slots(self.arena_ids[d]);
+            }
         }
     }
 }

@@ -165,7 +165,8 @@ impl Runner {
     pub fn alloc_state_within(&self, cfg: &StateConfig, avail: Option<u64>) -> Result<(SeqState, Vec<String>), StateError> {
         let (kv, note) = choose_kv(self.model(), cfg.max_seq, cfg.kv, avail)?;
         let mut st = self.new_state_with(cfg.max_seq, kv);
-        st.set_overflow(cfg.overflow);
+        // a fresh state is on the host: nothing to move
+        st.set_overflow(cfg.overflow).map_err(|e| StateError::Bad { what: "overflow", msg: e.to_string() })?;
         Ok((st, note.into_iter().collect()))
     }
 }

@@ -1,0 +1,192 @@
+//! Sequence-state paths with a resident die (`ResidentMock`, see resident.rs): decode
+//! slots (several sequences in one pass; bind / move / fork / compact / resize), state
+//! snapshot / restore / reset / clone / overflow mode, the prefix cache, the async step
+//! API and the observer give bitwise the CPU's results. The mock poisons (NaN) the host
+//! copy of every layer state it owns, so a path that reads host state without bringing
+//! it home first would give NaN or different logits here.
+
+use pn_engine::async_step::Launch;
+use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
+use pn_engine::{Node, Runner, SeqState, SlotHandle, Slots};
+use pn_ops::{Overflow, Tensor};
+use pn_tests::resident::*;
+use std::sync::Arc;
+
+fn prompt(r: &Runner, seed: u32, n: usize) -> Vec<u32> {
+    let v = r.model().n_vocab() as u32 - 1;
+    (0..n as u32).map(|i| (seed * 131 + i * 17) % v + 1).collect()
+}
+
+fn prefilled(r: &Runner, seed: u32, n: usize) -> SeqState {
+    let mut st = r.new_state(64);
+    r.forward(&mut st, &prompt(r, seed, n), false).unwrap();
+    st
+}
+
+fn finite(rows: &[Vec<f32>]) -> bool {
+    rows.iter().flatten().all(|x| x.is_finite())
+}
+
+/// Runs `f` on a CPU runner and on a resident one; the results must be equal (and
+/// finite), and the mock must hold no state once `f`'s states are dropped.
+fn same_as_cpu(what: &str, f: impl Fn(&Arc<Runner>) -> Vec<Vec<f32>>) -> Arc<pn_engine::testing::ResidentMock> {
+    let mut last = None;
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let want = f(&Arc::new(cpu));
+        let got = f(&Arc::new(res));
+        assert!(finite(&got), "{name}: {what}: NaN logits (host state read without a sync?)");
+        assert!(got == want, "{name}: {what}: differs from the CPU");
+        assert_eq!(mock.held_states(), 0, "{name}: {what}: states leaked on the mock");
+        assert_eq!(mock.counts().moved_buffers, 0);
+        last = Some(mock);
+    }
+    last.unwrap()
+}
+
+#[test]
+fn decode_slots_match_the_cpu() {
+    let mock = same_as_cpu("slots", |r| {
+        let mut slots = Slots::new(5);
+        let mut hs: Vec<SlotHandle> = (0..3).map(|i| slots.bind(prefilled(r, 10 + i, 3 + 2 * i as usize)).unwrap()).collect();
+        let mut rows = vec![slots.step(r, &[(hs[0], 5), (hs[1], 6), (hs[2], 7)]).unwrap().data];
+        // move, fork (copy), unbind, compact
+        hs[0] = slots.move_to(hs[0], 4).unwrap();
+        let mut fork = slots.copy_to(hs[1], 3).unwrap();
+        let gone = slots.unbind(hs[2]).unwrap();
+        for (old, new) in slots.compact().unwrap() {
+            for h in hs.iter_mut().chain([&mut fork]) {
+                if *h == old {
+                    *h = new;
+                }
+            }
+        }
+        rows.push(slots.step(r, &[(hs[0], 8), (hs[1], 9), (fork, 9)]).unwrap().data);
+        rows.push(slots.step(r, &[(fork, 2), (hs[0], 3)]).unwrap().data);
+        // resize: the states come back and are bound again, with the unbound one
+        let back = slots.resize(4).unwrap();
+        let hs: Vec<SlotHandle> = back.into_iter().chain([gone]).map(|s| slots.bind(s).unwrap()).collect();
+        let batch: Vec<(SlotHandle, u32)> = hs.iter().map(|&h| (h, 11)).collect();
+        rows.push(slots.step(r, &batch).unwrap().data);
+        rows
+    });
+    let k = mock.counts();
+    assert!(k.multi_executes > 0 && k.state_copies > 0, "{k:?}");
+}
+
+#[test]
+fn snapshot_restore_reset_fork_and_overflow_match_the_cpu() {
+    let mock = same_as_cpu("snapshots", |r| {
+        let step = |st: &mut SeqState, t: u32| r.forward(st, &[t], false).unwrap().data;
+        let p = prompt(r, 4, 11);
+        let mut st = r.new_state(64);
+        let mut rows = vec![r.forward(&mut st, &p, false).unwrap().data];
+        let snap = st.snapshot().unwrap();
+        let mut fork = st.clone();
+        let a: Vec<Vec<f32>> = (1..4).map(|t| step(&mut st, t)).collect();
+        st.restore(&snap).unwrap();
+        let b: Vec<Vec<f32>> = (1..4).map(|t| step(&mut st, t)).collect();
+        let c: Vec<Vec<f32>> = (1..4).map(|t| step(&mut fork, t)).collect();
+        assert!(a == b && b == c, "restore and fork continue like the original");
+        let mut fresh = r.new_state(64);
+        fresh.restore(&snap).unwrap();
+        assert!(step(&mut fresh, 1) == a[0], "restore into another state");
+        st.reset();
+        let again = r.forward(&mut st, &p, false).unwrap().data;
+        assert!(again == rows[0], "reset gives a fresh sequence");
+        // the overflow mode of a resident state (its KV layers come home to change)
+        st.set_overflow(Overflow::Ring).unwrap();
+        rows.extend(a);
+        rows.extend((5..8).map(|t| step(&mut st, t)));
+        assert_eq!(st.snapshot().unwrap().pos, p.len() + 3);
+        // ring mode past the capacity: the device copies must have the new mode
+        let mut small = r.new_state(16);
+        rows.push(r.forward(&mut small, &prompt(r, 8, 12), false).unwrap().data);
+        small.set_overflow(Overflow::Ring).unwrap();
+        rows.extend((0..8).map(|t| step(&mut small, t + 1)));
+        rows
+    });
+    let k = mock.counts();
+    assert!(k.state_downloads > 0 && k.state_copies > 0 && k.state_releases > 0, "{k:?}");
+}
+
+#[test]
+fn the_prefix_cache_matches_the_cpu() {
+    same_as_cpu("prefix cache", |r| {
+        let cfg = PrefixCacheConfig { budget_bytes: 64 << 20, interval: 8, snapshot_end: true };
+        let mut c = PrefixCache::new(cfg);
+        // snapshots at 8, 16, 24 (a cut leaves ≥ 16 tokens) and at the end (40)
+        let a = prompt(r, 5, 40);
+        let mut b = a[..16].to_vec();
+        b.extend(prompt(r, 6, 20));
+        let mut st = r.new_state(64);
+        let pa = c.prefill(r, &mut st, &a).unwrap();
+        assert_eq!(pa.reused, 0);
+        let mut rows = vec![pa.logits, r.forward(&mut st, &[3], false).unwrap().data];
+        // a second prompt sharing 16 tokens: the snapshot at 16 restored into a used state
+        let pb = c.prefill(r, &mut st, &b).unwrap();
+        assert_eq!(pb.reused, 16);
+        rows.push(pb.logits);
+        rows.push(r.forward(&mut st, &[4], false).unwrap().data);
+        // `a` again into a fresh state: restored at 24 (a hit leaves a proper suffix)
+        let mut st2 = r.new_state(64);
+        let pc = c.prefill(r, &mut st2, &a).unwrap();
+        assert_eq!(pc.reused, 24);
+        rows.push(pc.logits);
+        rows.push(r.forward(&mut st2, &[7], false).unwrap().data);
+        // an end-of-turn snapshot of a resident state, then a hit on it
+        let turn = [a.clone(), vec![7]].concat();
+        assert!(c.insert_state(&turn, &st2));
+        let mut st3 = r.new_state(64);
+        let next = [turn, vec![8, 9]].concat();
+        let pd = c.prefill(r, &mut st3, &next).unwrap();
+        assert_eq!(pd.reused, 41);
+        rows.push(pd.logits);
+        rows
+    });
+}
+
+#[test]
+fn async_steps_match_the_cpu() {
+    same_as_cpu("async steps", |r| {
+        let mut slots = Slots::new(3);
+        let hs: Vec<SlotHandle> = (0..3).map(|i| slots.bind(prefilled(r, 20 + i, 2 + i as usize)).unwrap()).collect();
+        let mut rows = Vec::new();
+        for t in 0..3 {
+            let batch: Vec<(SlotHandle, u32)> = hs.iter().map(|&h| (h, t + 2)).collect();
+            assert_eq!(slots.step_begin_with(r, &batch, true).unwrap(), Launch::Async);
+            rows.push(slots.step_wait().unwrap().data);
+        }
+        // one slot stepped asynchronously while another is stepped synchronously
+        slots.step_begin_with(r, &[(hs[0], 9)], true).unwrap();
+        rows.push(slots.step(r, &[(hs[1], 9)]).unwrap().data);
+        rows.push(slots.step_wait().unwrap().data);
+        rows
+    });
+}
+
+#[test]
+fn the_observer_gets_the_cpu_values() {
+    let mock = same_as_cpu("observer", |r| {
+        let mut seen: Vec<(String, Tensor)> = Vec::new();
+        let mut obs = |n: &Node, t: &Tensor| seen.push((n.name.clone(), t.clone()));
+        let mut st = r.new_state(32);
+        let l = r.forward_observed(&mut st, &prompt(r, 7, 5), true, Some(&mut obs)).unwrap();
+        let l2 = r.forward_observed(&mut st, &[3], false, Some(&mut obs)).unwrap();
+        assert!(seen.len() > 20);
+        // every observed value as a row, then the logits
+        let mut rows: Vec<Vec<f32>> = seen
+            .iter()
+            .map(|(_, t)| match &t.data {
+                pn_ops::TensorData::F32(v) => v.clone(),
+                pn_ops::TensorData::I32(v) => v.iter().map(|&x| x as f32).collect(),
+            })
+            .collect();
+        rows.push(l.data);
+        rows.push(l2.data);
+        rows
+    });
+    assert!(mock.counts().downloads > 40, "observer copies are downloads: {:?}", mock.counts());
+}
