@@ -207,15 +207,17 @@ unsafe fn block_rows<K: x86_tile::Mac, const M: usize>(
     use x86_tile::*;
     use GgmlType::*;
     macro_rules! rows {
-        ($f:expr, $bs:expr) => {
+        ($f:expr, $bs:expr) => {{
             for r in 0..g.rows {
+                // SAFETY: prefetches never fault, whatever the address.
+                unsafe { prefetch_row(w.wrapping_add(r * g.wstride + PREFETCH_AHEAD), g.wstride) };
                 let mut o = [0f32; M];
                 // SAFETY: the caller enabled the features and guarantees row r of the
                 // weights at w + r·wstride and every token's activations.
                 unsafe { $f(g.n / $bs, w.add(r * g.wstride), a, g.astride, &mut o) };
                 out[r * g.ostride..r * g.ostride + M].copy_from_slice(&o);
             }
-        };
+        }};
     }
     match w_ty {
         Q4K => rows!(tile_q45::<K, M, false>, 256),
@@ -227,6 +229,24 @@ unsafe fn block_rows<K: x86_tile::Mac, const M: usize>(
         MXFP4 => rows!(tile_mxfp4::<K, M>, 32),
         IQ4NL => rows!(tile_iq4_nl::<K, M>, 32),
         _ => unreachable!("has_tile"),
+    }
+}
+
+/// How far ahead of the row being dotted the row loop prefetches the weights (bytes), with
+/// the non-temporal hint. Measured on full-dims q4_k_m decode (2 threads, weights
+/// streamed from memory): none 110–120 tok/s; 4–12 KB ahead 125–129 (NTA) vs 118–126
+/// (T0); 32 KB+ falls back. The hardware prefetcher alone leaves the stream short.
+const PREFETCH_AHEAD: usize = 8192;
+
+/// Prefetches the `bytes` at `p` (one weight row) into L1, non-temporal.
+#[inline(always)]
+unsafe fn prefetch_row(p: *const u8, bytes: usize) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_NTA};
+    let mut off = 0;
+    while off < bytes {
+        // SAFETY: a prefetch is a hint; it never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_NTA>(p.wrapping_add(off) as *const i8) };
+        off += 64;
     }
 }
 
@@ -286,3 +306,4 @@ mod tests {
         }
     }
 }
+
