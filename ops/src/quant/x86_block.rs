@@ -39,7 +39,14 @@ pub fn vec_dot_block(
         r0 = rows / 16 * 16;
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
+            let wrb = w_ty.row_bytes(n).unwrap_or(0);
             for g in (0..r0).step_by(16) {
+                let next = (g + 16 < rows).then(|| {
+                    let end = ((rows - 1) * wstride + wrb).min(w.len());
+                    let start = (g + 16) * wstride;
+                    // SAFETY: start < end <= w.len().
+                    (unsafe { w.as_ptr().add(start) }, (16 * wstride).min(end - start))
+                });
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+16 and every token are in
                 // bounds (checked by the caller), and out rows g..g+16 too.
                 unsafe {
@@ -54,6 +61,7 @@ pub fn vec_dot_block(
                         &mut out[g * ostride..],
                         ostride,
                         &mut sc,
+                        next,
                     )
                 }
             }

@@ -125,7 +125,7 @@ impl Default for Scratch16 {
 }
 
 /// Rows `0..16` of `w` (stride `ws`, `nb` super-blocks each) against `m` tokens:
-/// `out[r·ostride + j]`.
+/// `out[r·ostride + j]`; `next` (pointer, bytes): the weights to prefetch meanwhile.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI and AVX2 available; 16 rows of `nb` blocks at `w`, `m` tokens
@@ -143,13 +143,14 @@ pub unsafe fn group16(
     out: &mut [f32],
     ostride: usize,
     sc: &mut Scratch16,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY (whole body): the caller's contract.
     unsafe {
         if six {
-            run::<true>(nb, w, ws, a, astride, m, out, ostride, sc)
+            run::<true>(nb, w, ws, a, astride, m, out, ostride, sc, next)
         } else {
-            run::<false>(nb, w, ws, a, astride, m, out, ostride, sc)
+            run::<false>(nb, w, ws, a, astride, m, out, ostride, sc, next)
         }
     }
 }
@@ -166,6 +167,7 @@ unsafe fn run<const SIX: bool>(
     out: &mut [f32],
     ostride: usize,
     sc: &mut Scratch16,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     let zero: Packed16 = unsafe { std::mem::zeroed() };
@@ -173,6 +175,13 @@ unsafe fn run<const SIX: bool>(
     for i in 0..nb {
         // SAFETY: the caller guarantees 16 rows of nb blocks at w.
         unsafe { pack16::<SIX>(w, ws, i, &mut sc.halves, &mut sc.pks[i]) };
+    }
+    // Start loading the next rows (`len` bytes at `p`) while this group computes.
+    if let Some((p, len)) = next {
+        for off in (0..len).step_by(64) {
+            // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8) };
+        }
     }
     let mut t0 = 0;
     while t0 < m {
