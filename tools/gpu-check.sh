@@ -13,6 +13,13 @@
 #       total under 8 minutes; a failed phase does not stop the next; summary at the end;
 #       exit 1 if any phase failed. Log: $OUT/gpu-check.log
 #
+#   bash tools/gpu-check.sh slim    # HERE, just before the device call: the tracked tree is
+#       ~95 MB (tests/fixtures 80, models/default 13) and the device takes 64 MiB with the
+#       carried bundle, so this takes those two folders out of the index (files stay on
+#       disk) and ignores them in .git/info/exclude; nothing else travels but ~2 MB of
+#       sources. NEVER commit while slim.
+#   bash tools/gpu-check.sh unslim  # HERE, right after: index and exclude as before.
+#
 # Env (run): GPU_CHECK_DRY=1 runs without a GPU (the test binaries fall back to the
 #   reference backend, synth + bench + batch on cpu:0 with the `small` preset) to check
 #   this script; GPU_CHECK_BUDGET (seconds, default 470); GPU_CHECK_PRESET / _TYPE;
@@ -226,8 +233,36 @@ run() {
     return "$rc"
 }
 
+# The folders `slim` takes out of what the device tool sends (see the header).
+SLIM_DIRS="tests/fixtures models/default"
+SLIM_MARK="# gpu-check-slim begin"
+
+slim() {
+    local ex
+    ex="$(git -C "$ROOT" rev-parse --path-format=absolute --git-path info/exclude)"
+    mkdir -p "$(dirname "$ex")" && touch "$ex"
+    if grep -qF "$SLIM_MARK" "$ex"; then say "already slim"; return; fi
+    # shellcheck disable=SC2086
+    git -C "$ROOT" rm -r -q --cached $SLIM_DIRS
+    { echo "$SLIM_MARK"; for d in $SLIM_DIRS; do echo "/$d/"; done; echo "# gpu-check-slim end"; } >>"$ex"
+    say "slim: $SLIM_DIRS out of the index (still on disk). DO NOT COMMIT; run 'bash tools/gpu-check.sh unslim' after the device call"
+}
+
+unslim() {
+    local ex
+    ex="$(git -C "$ROOT" rev-parse --path-format=absolute --git-path info/exclude)"
+    # shellcheck disable=SC2086
+    git -C "$ROOT" reset -q -- $SLIM_DIRS
+    if [[ -f "$ex" ]] && grep -qF "$SLIM_MARK" "$ex"; then
+        sed -i "/^# gpu-check-slim begin\$/,/^# gpu-check-slim end\$/d" "$ex"
+    fi
+    say "unslim: index and exclude restored"
+}
+
 case "${1:-}" in
     bundle) bundle ;;
     run) run ;;
-    *) echo "usage: $0 bundle|run   (see the header of this script)" >&2; exit 2 ;;
+    slim) slim ;;
+    unslim) unslim ;;
+    *) echo "usage: $0 bundle|run|slim|unslim   (see the header of this script)" >&2; exit 2 ;;
 esac
