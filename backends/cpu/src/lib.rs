@@ -137,6 +137,13 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
     light && out.shape.numel() <= INLINE_MAX
 }
 
+/// Whether a pass keeps the other workers spinning (`PN_NO_SPIN` turns it off, e.g. on
+/// an oversubscribed machine).
+fn spin_pass() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var_os("PN_NO_SPIN").is_none())
+}
+
 /// Like [`dispatch`], writing into `out` (a persistent buffer of the runner); the hot ops
 /// write there directly, the others go through `dispatch` and a copy.
 fn dispatch_into(
@@ -282,7 +289,52 @@ impl Backend for CpuBackend {
     /// parallel loops from inside the pool (no wake-up and blocking wait per op), and the
     /// light ones run inline there as before.
     fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
-        self.pool.install(f)
+        if self.threads <= 1 || !spin_pass() {
+            return self.pool.install(f);
+        }
+        // The other workers stay awake for the whole pass, taking the halves of the
+        // ops' parallel loops as soon as they are pushed, instead of sleeping between
+        // ops (a futex wake-up and a context switch for each parallel op otherwise).
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// Sets the flag when dropped: also when `f` panics, so the spinners stop and
+        /// the scope can unwind.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Release);
+            }
+        }
+        let done = AtomicBool::new(false);
+        self.pool.install(|| {
+            let pass_thread = rayon::current_thread_index();
+            rayon::scope(|s| {
+                for _ in 1..self.threads {
+                    s.spawn(|_| {
+                        // Never spin on the pass's own thread (it could pick this job up
+                        // while waiting inside `f`, which would then never finish).
+                        if rayon::current_thread_index() == pass_thread {
+                            return;
+                        }
+                        let mut idle = 0u32;
+                        while !done.load(Ordering::Acquire) {
+                            if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                                idle = 0;
+                            } else {
+                                idle += 1;
+                                // let an oversubscribed machine's other work run now and then
+                                if idle % 64 == 0 {
+                                    std::thread::yield_now();
+                                } else {
+                                    std::hint::spin_loop();
+                                }
+                            }
+                        }
+                    });
+                }
+                let _done = Done(&done);
+                f();
+            })
+        })
     }
 
     /// The sequences of a multi-sequence step concurrently on this backend's pool
