@@ -1,5 +1,5 @@
-//! 16-row packed kernels for Q4_K and Q6_K (AVX-512 VNNI, prefill): two 8-row groups of
-//! `x86_pack` side by side in 512-bit vectors, so each `vpdpbusd` (one broadcast of 4
+//! 16-row packed kernels for Q4_K and Q6_K (AVX-512 VNNI, prefill): two 8-row groups in
+//! `x86_pack`'s layout side by side in 512-bit vectors, so each `vpdpbusd` (one broadcast of 4
 //! activation bytes) gives 64 products of 16 rows and the scale, correction and float
 //! steps run once per 16 rows: about half the instructions per product of the 8-row
 //! kernel. Every lane does exactly what the 8-row kernel's lane does (exact integer
@@ -7,7 +7,6 @@
 //! single-row kernel.
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack::{pack, Packed};
 use super::x86_tile::MAX_TILE;
 use std::arch::x86_64::*;
 
@@ -33,32 +32,124 @@ unsafe fn bcast4(p: *const u8) -> __m512i {
     _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
 
-/// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`) into `pk`.
+/// 32 bytes of element group `cb` (elements 32·cb..32·cb+32) of one row of super-block
+/// `x`, as unsigned values (Q4_K 0..15, Q6_K 0..63: `x86_pack::pack`'s `vals`).
 #[inline(always)]
-unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, halves: &mut [Packed; 2], pk: &mut Packed16) {
-    // SAFETY: the caller guarantees 16 rows of whole blocks at w.
+unsafe fn group_bytes<const SIX: bool>(x: *const u8, cb: usize) -> __m256i {
+    let m4 = _mm256_set1_epi8(0x0f);
+    // SAFETY (whole body): x is a whole Q4_K (qs 128 B @16) / Q6_K (ql 128 B @0, qh
+    // 64 B @128) block.
     unsafe {
-        pack::<SIX>(w, ws, i, &mut halves[0]);
-        pack::<SIX>(w.add(8 * ws), ws, i, &mut halves[1]);
+        if SIX {
+            // cb = 4·half + k: low nibbles of ql (k even: bytes 0..32 / 32..64 of the
+            // half, k odd: high nibbles), high bits from qh >> 2k
+            let (half, k) = (cb / 4, cb % 4);
+            let q = ld(x.add(64 * half + 32 * (k % 2)));
+            let low = if k < 2 { _mm256_and_si256(q, m4) } else { _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
+            let qh = ld(x.add(128 + 32 * half));
+            let h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), _mm256_set1_epi8(3));
+            _mm256_or_si256(low, _mm256_slli_epi16(h, 4))
+        } else {
+            let q = ld(x.add(16 + 32 * (cb / 2)));
+            if cb % 2 == 0 {
+                _mm256_and_si256(q, m4)
+            } else {
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+            }
+        }
     }
-    let [a, b] = &*halves;
-    for k in 0..64 {
-        // SAFETY: AVX-512 enabled in every caller.
-        pk.w[k] = unsafe { join(a.w[k], b.w[k]) };
-    }
-    for s in 0..16 {
-        // SAFETY: as above.
-        pk.sc[s] = unsafe { join(a.sc[s], b.sc[s]) };
-    }
-    for p in 0..8 {
-        // SAFETY: as above.
-        pk.corr[p] = unsafe { join(a.corr[p], b.corr[p]) };
-    }
-    // SAFETY: as above.
+}
+
+#[inline(always)]
+unsafe fn ld(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 32 readable bytes at `p`.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+/// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`) into `pk`: for each
+/// element group, rows r and r + 8 share a 512-bit vector and one 8×8 dword transpose
+/// per 256-bit half gives `x86_pack`'s layout for rows 0..8 (low half) and 8..16 (high).
+#[inline(always)]
+unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Packed16) {
+    let bb = if SIX { super::k_quants::Q6_K_BYTES } else { super::k_quants::Q4_K_BYTES };
+    // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
+    // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
-        pk.d = _mm512_castsi512_ps(join(_mm256_castps_si256(a.d), _mm256_castps_si256(b.d)));
-        pk.dm = _mm512_castsi512_ps(join(_mm256_castps_si256(a.dm), _mm256_castps_si256(b.dm)));
+        let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+        let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+        let xb = w.add(i * bb);
+        for cb in 0..8 {
+            let mut z = [_mm512_setzero_si512(); 8];
+            for (r, zr) in z.iter_mut().enumerate() {
+                *zr = join(group_bytes::<SIX>(xb.add(r * ws), cb), group_bytes::<SIX>(xb.add((r + 8) * ws), cb));
+            }
+            let mut t = [_mm512_setzero_si512(); 8];
+            for k in 0..4 {
+                t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
+                t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
+            }
+            let u = [
+                _mm512_unpacklo_epi64(t[0], t[2]),
+                _mm512_unpackhi_epi64(t[0], t[2]),
+                _mm512_unpacklo_epi64(t[1], t[3]),
+                _mm512_unpackhi_epi64(t[1], t[3]),
+                _mm512_unpacklo_epi64(t[4], t[6]),
+                _mm512_unpackhi_epi64(t[4], t[6]),
+                _mm512_unpacklo_epi64(t[5], t[7]),
+                _mm512_unpackhi_epi64(t[5], t[7]),
+            ];
+            for g in 0..4 {
+                pk.w[8 * cb + g] = _mm512_permutex2var_epi64(u[g], lo_idx, u[g + 4]);
+                pk.w[8 * cb + 4 + g] = _mm512_permutex2var_epi64(u[g], hi_idx, u[g + 4]);
+            }
+        }
     }
+    // scales, corrections and d / dmin per row, as `x86_pack::pack`
+    let mut sc = [[0i32; 16]; 16];
+    let mut corr = [[0i32; 16]; 8];
+    let (mut d, mut dm) = ([0f32; 16], [0f32; 16]);
+    for r in 0..16 {
+        // SAFETY (this block): xr is a whole block (scales @192 / @4, d @208 / @0).
+        unsafe {
+            let xr = w.add(r * ws + i * bb);
+            if SIX {
+                for g in 0..16 {
+                    sc[g][r] = *xr.add(192 + g) as i8 as i32;
+                }
+                for p in 0..8 {
+                    let (a, b) = (sc[2 * p][r] as i16 as u16 as u32, sc[2 * p + 1][r] as i16 as u16 as u32);
+                    corr[p][r] = (a | (b << 16)) as i32;
+                }
+                d[r] = f16(xr.add(208));
+            } else {
+                let (s8, m8) = super::x86_tile::scales_mins_k4(xr.add(4));
+                for s in 0..8 {
+                    sc[s][r] = s8[s] as i32;
+                    corr[s][r] = (m8[s] as u32 | ((m8[s] as u32) << 16)) as i32;
+                }
+                d[r] = f16(xr);
+                dm[r] = f16(xr.add(2));
+            }
+        }
+    }
+    // SAFETY: 16 i32 / f32 each.
+    unsafe {
+        for s in 0..16 {
+            pk.sc[s] = _mm512_loadu_si512(sc[s].as_ptr() as *const __m512i);
+        }
+        for p in 0..8 {
+            pk.corr[p] = _mm512_loadu_si512(corr[p].as_ptr() as *const __m512i);
+        }
+        pk.d = _mm512_loadu_ps(d.as_ptr());
+        pk.dm = _mm512_loadu_ps(dm.as_ptr());
+    }
+}
+
+#[inline(always)]
+unsafe fn f16(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`.
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
 /// `M` tokens (activations at `a + j·astride`) against `nb` packed super-blocks:
@@ -110,18 +201,10 @@ unsafe fn dot16<const SIX: bool, const M: usize>(pks: &[Packed16], a: *const u8,
     *out = sumf;
 }
 
-/// Scratch of [`group16`]: the packed super-blocks and the two 8-row halves.
+/// Scratch of [`group16`]: the packed super-blocks.
+#[derive(Default)]
 pub struct Scratch16 {
     pks: Vec<Packed16>,
-    halves: [Packed; 2],
-}
-
-impl Default for Scratch16 {
-    fn default() -> Scratch16 {
-        // SAFETY: an all-zero bit pattern is a valid Packed (integers and floats).
-        let zero: Packed = unsafe { std::mem::zeroed() };
-        Scratch16 { pks: Vec::new(), halves: [zero, zero] }
-    }
 }
 
 /// Rows `0..16` of `w` (stride `ws`, `nb` super-blocks each) against `m` tokens:
@@ -174,7 +257,7 @@ unsafe fn run<const SIX: bool>(
     sc.pks.resize(nb, zero);
     for i in 0..nb {
         // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-        unsafe { pack16::<SIX>(w, ws, i, &mut sc.halves, &mut sc.pks[i]) };
+        unsafe { pack16::<SIX>(w, ws, i, &mut sc.pks[i]) };
     }
     // Start loading the next rows (`len` bytes at `p`) while this group computes.
     if let Some((p, len)) = next {
