@@ -1,21 +1,27 @@
 //! Causal GQA attention over the KV cache, any cell format (docs/kv-cache.md). Per run of
 //! the batch ([`KvCache::runs`]): k/v written first, then parallel over tiles of
-//! (tokens × query heads of ONE KV head). A tile reads (and, for f16/q8_0/q4_0 cells or
+//! (tokens × query heads of ONE KV head): in a prefill a task per TT tokens (all heads),
+//! else per (token, GQA group or part of one). A tile reads (and, for f16/q8_0/q4_0 cells or
 //! shadows, decodes) each KV cell once for all its queries: the GQA group's heads, and in
-//! a prefill several tokens too when every token reads a cell from the same place (no
-//! window shadows, no ring). Every (token, head) still computes exactly the reference's
+//! a prefill several tokens too, except in blocks of cells that the tokens read from
+//! different places (where the window boundary moves; those each token reads on its own,
+//! [`KvCache::same_source`]). Every (token, head) still computes exactly the reference's
 //! sums in the same order: each score is Σ_i q_i k_i sequential in i from 0.0 then scaled
 //! (several cells × queries are interleaved only for SIMD / instruction-level
 //! parallelism), softmax as the reference, and each output element accumulates p_j v_j in
 //! increasing j from 0.0. So results are bitwise the reference's for any tiling / threads.
 
+mod kernels;
+
 use crate::par;
+use kernels::{accumulate, hadamard, score_range, softmax, transpose, CB};
 use pn_ops::reference::attention::kv_cache;
 use pn_ops::reference::common::{act_f32, act_i32, out_f32, token_positions};
 use pn_ops::{KvCache, KvType, LayerState, OpError, Tensor, TensorMeta, Value};
 use std::cell::RefCell;
 
-/// Per-thread scratch: rotated queries, scores, a transposed K block, decoded cells.
+/// Per-thread scratch: rotated queries, scores, a transposed K block, decoded cells,
+/// weights, the tile's outputs.
 #[derive(Default)]
 struct Scratch {
     q: Vec<f32>,
@@ -24,19 +30,17 @@ struct Scratch {
     kt: Vec<f32>,
     rows: Vec<f32>,
     w: Vec<f32>,
+    o: Vec<f32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Cells processed together (a K block is transposed to `[d][CB]` so the CB dot products
-/// of one query are one SIMD vector).
-const CB: usize = 8;
-/// Tokens per tile when the tile's tokens can share decoded cells (prefill).
+/// Tokens per tile (prefill): they share the cells they read from the same place.
 const TT: usize = 4;
-/// Output lanes accumulated in registers in the V pass.
-const VW: usize = 16;
+/// Cells per block of the V pass.
+const VB: usize = 16;
 
 /// One tile: tokens `t0..t1`, query heads `h0..h0 + gs` (all on KV head `g`).
 #[derive(Clone, Copy)]
@@ -51,81 +55,60 @@ struct Tile<'a> {
     g: usize,
     n_head: usize,
     scale: f32,
+    /// Stride between the tile's tokens in its output slice (head hh of token k at
+    /// k·ostride + hh·d).
+    ostride: usize,
 }
 
-/// acc[n][c] = Σ_i q_n[i] · kt[i][c], sequential in i from 0.0, for NQ queries
-/// (`q`: NQ rows of d) and the CB cells of the transposed block `kt` (`[d][CB]`).
+/// Cells `j0..j0 + n` of K (`key`) or V as a query at `p` reads them, `[n][d]`: in place
+/// for plain f32 caches, else decoded into `buf`. Cells past `p` (unseen) are zeros.
 #[inline(always)]
-fn dots<const NQ: usize>(q: &[f32], d: usize, kt: &[f32]) -> [[f32; CB]; NQ] {
-    assert!(q.len() >= NQ * d && kt.len() >= d * CB);
-    let mut acc = [[0.0f32; CB]; NQ];
-    for i in 0..d {
-        // SAFETY: i < d, n < NQ, c < CB: in bounds by the assert above.
-        let k: &[f32; CB] = unsafe { &*(kt.as_ptr().add(i * CB) as *const [f32; CB]) };
-        for (n, a) in acc.iter_mut().enumerate() {
-            let qi = unsafe { *q.get_unchecked(n * d + i) };
-            for c in 0..CB {
-                a[c] += qi * k[c];
-            }
+#[allow(clippy::too_many_arguments)]
+fn cells<'a>(kv: &'a KvCache, key: bool, g: usize, j0: usize, n: usize, p: usize, in_place: bool, buf: &'a mut [f32]) -> &'a [f32] {
+    let d = kv.head_dim;
+    if in_place && j0 + n <= p + 1 {
+        let b = kv.cell(g, j0);
+        return if key { &kv.k[b..b + n * d] } else { &kv.v[b..b + n * d] };
+    }
+    for (c, r) in buf[..n * d].chunks_exact_mut(d).enumerate() {
+        if j0 + c <= p {
+            kv.read(key, g, j0 + c, p, r);
+        } else {
+            r.fill(0.0);
         }
     }
-    acc
+    &buf[..n * d]
 }
 
-/// o[i] += w[c] · rows[c][i] for c = 0, 1, … in order, per output element i.
+/// V pass of queries `qa..qb` (rows of `o`, `[nq][d]`) over the cells `c0..c1` of a block
+/// (`rows`: `[n][d]`) whose first cell is column `jb` of the probabilities (`s`: a row of
+/// `ncells` per query, times `inv`): o_q += Σ_c p_qc · rows[c] in increasing c.
 #[inline(always)]
-fn accumulate(o: &mut [f32], rows: &[f32], w: &[f32], d: usize) {
-    assert!(o.len() == d && rows.len() >= w.len() * d);
-    let mut i = 0;
-    while i + VW <= d {
-        let mut acc: [f32; VW] = o[i..i + VW].try_into().expect("VW lanes");
-        for (c, &wc) in w.iter().enumerate() {
-            // SAFETY: c < w.len(), i + VW <= d: in bounds by the assert above.
-            let r: &[f32; VW] = unsafe { &*(rows.as_ptr().add(c * d + i) as *const [f32; VW]) };
-            for l in 0..VW {
-                acc[l] += wc * r[l];
-            }
+#[allow(clippy::too_many_arguments)]
+fn v_run<const NV: usize>(o: &mut [f32], w: &mut [f32], (s, inv, ncells): (&[f32], &[f32], usize), rows: &[f32], (qa, qb): (usize, usize), (c0, c1): (usize, usize), jb: usize, d: usize) {
+    let m = c1 - c0;
+    for qi in qa..qb {
+        let sq = &s[qi * ncells + jb..];
+        for c in c0..c1 {
+            w[(qi - qa) * m + c - c0] = sq[c] * inv[qi];
         }
-        o[i..i + VW].copy_from_slice(&acc);
-        i += VW;
     }
-    for (i, oi) in o.iter_mut().enumerate().skip(i) {
-        let mut x = *oi;
-        for (c, &wc) in w.iter().enumerate() {
-            x += wc * rows[c * d + i];
-        }
-        *oi = x;
-    }
+    accumulate::<NV>(&mut o[qa * d..qb * d], &rows[c0 * d..c1 * d], w, m, d);
 }
 
-/// Score rows `q0..q0+NQ` for the block of `n` cells at `jb` (offset in the score rows).
+/// Attention of one tile into `o` (token k's heads at `k·ostride`). `NQ` / `NV`: queries per
+/// register block of the score / V kernel; `AVX`: the CPU has AVX2.
 #[inline(always)]
-fn score_rows<const NQ: usize>(sc_q: &[f32], s: &mut [f32], kt: &[f32], d: usize, q0: usize, ncells: usize, jb: usize, n: usize, scale: f32) {
-    let acc = dots::<NQ>(&sc_q[q0 * d..(q0 + NQ) * d], d, kt);
-    for (k, a) in acc.iter().enumerate() {
-        let row = &mut s[(q0 + k) * ncells + jb..][..n];
-        for (x, &v) in row.iter_mut().zip(a) {
-            *x = scale * v;
-        }
-    }
-}
-
-/// Attention of one tile into `o` (`[t1 - t0][gs][d]`, zeroed). `NQ`: queries per
-/// register block of the score kernel.
-#[inline(always)]
-fn tile_impl<const NQ: usize>(tl: Tile<'_>, sc: &mut Scratch, o: &mut [f32]) {
+fn tile_impl<const NQ: usize, const NV: usize, const AVX: bool>(tl: Tile<'_>, sc: &mut Scratch, o: &mut [f32]) {
     let kv = tl.kv;
     let d = kv.head_dim;
     let (g, gs) = (tl.g, tl.gs);
-    let nt = tl.t1 - tl.t0;
+    let pos = &tl.pos[tl.t0..tl.t1];
+    let nt = pos.len();
     let nq = nt * gs;
-    let mut jlo = usize::MAX;
-    let mut pmax = 0;
-    for &p in &tl.pos[tl.t0..tl.t1] {
-        let p = p as usize;
-        jlo = jlo.min(kv.first_visible(p));
-        pmax = pmax.max(p);
-    }
+    let pmin = pos.iter().map(|&p| p as usize).min().unwrap_or(0);
+    let pmax = pos.iter().map(|&p| p as usize).max().unwrap_or(0);
+    let jlo = pos.iter().map(|&p| kv.first_visible(p as usize)).min().unwrap_or(0);
     let ncells = pmax + 1 - jlo;
     // rotated queries, row k·gs + hh
     sc.q.clear();
@@ -133,116 +116,93 @@ fn tile_impl<const NQ: usize>(tl: Tile<'_>, sc: &mut Scratch, o: &mut [f32]) {
         let src = ((tl.t0 + k) * tl.n_head + tl.h0) * d;
         sc.q.extend_from_slice(&tl.q[src..src + gs * d]);
     }
-    for r in sc.q.chunks_exact_mut(d) {
-        kv.rotate_q(r);
-    }
+    hadamard(&mut sc.q, kv.rot_k);
     if sc.s.len() < nq * ncells {
         sc.s.resize(nq * ncells, 0.0);
     }
     sc.kt.resize(d * CB, 0.0);
-    sc.rows.resize(CB * d, 0.0);
+    sc.rows.resize(CB.max(VB) * d, 0.0);
     sc.inv.resize(nq, 0.0);
-    sc.w.resize(CB, 0.0);
+    sc.w.resize(nq * VB, 0.0);
+    sc.o.clear();
+    sc.o.resize(nq * d, 0.0);
     let in_place = kv.ty == KvType::F32 && !kv.ring && kv.shadow.sink == 0 && kv.shadow.window == 0;
+    // A block is shared when every token that sees one of its cells reads it from where
+    // a query at pmax does; else (the window boundary moves through it: ≤ pmax − pmin
+    // cells per tile) each token reads it on its own, from where it reads it.
+    let shared = |j0: usize, n: usize| nt == 1 || (j0..j0 + n).all(|j| kv.same_source(j, j.max(pmin), pmax));
+    let seen = |p: usize, j0: usize, n: usize| j0 <= p && kv.first_visible(p) < j0 + n;
 
-    // scores: s[q][j - jlo]. Every cell of the block is read as a query at pmax reads it;
-    // tiles share cells across tokens only when that is where every token reads it.
+    // scores: s[q][j - jlo] (entries a query does not see are never read)
     let mut j0 = jlo;
     while j0 <= pmax {
         let n = CB.min(pmax + 1 - j0);
-        let rows: &[f32] = if in_place {
-            let b = kv.cell(g, j0);
-            &kv.k[b..b + n * d]
-        } else {
-            for c in 0..n {
-                kv.read(true, g, j0 + c, pmax, &mut sc.rows[c * d..(c + 1) * d]);
-            }
-            &sc.rows[..n * d]
-        };
-        for i in 0..d {
-            for c in 0..CB {
-                sc.kt[i * CB + c] = if c < n { rows[c * d + i] } else { 0.0 };
-            }
-        }
         let jb = j0 - jlo;
-        let mut q0 = 0;
-        while q0 + NQ <= nq {
-            score_rows::<NQ>(&sc.q, &mut sc.s, &sc.kt, d, q0, ncells, jb, n, tl.scale);
-            q0 += NQ;
-        }
-        while q0 < nq {
-            score_rows::<1>(&sc.q, &mut sc.s, &sc.kt, d, q0, ncells, jb, n, tl.scale);
-            q0 += 1;
+        if shared(j0, n) {
+            let rows = cells(kv, true, g, j0, n, pmax, in_place, &mut sc.rows);
+            transpose::<AVX>(rows, n, d, &mut sc.kt);
+            score_range::<NQ>(&sc.q, &mut sc.s, &sc.kt, d, 0, nq, ncells, jb, n, tl.scale);
+        } else {
+            for (k, &p) in pos.iter().enumerate() {
+                let p = p as usize;
+                if seen(p, j0, n) {
+                    let rows = cells(kv, true, g, j0, n, p, in_place, &mut sc.rows);
+                    transpose::<AVX>(rows, n, d, &mut sc.kt);
+                    score_range::<NQ>(&sc.q, &mut sc.s, &sc.kt, d, k * gs, (k + 1) * gs, ncells, jb, n, tl.scale);
+                }
+            }
         }
         j0 += n;
     }
 
-    // softmax per query over its own cells lo..=p (max-subtracted, sum in f64)
-    for k in 0..nt {
-        let p = tl.pos[tl.t0 + k] as usize;
-        let lo = kv.first_visible(p);
-        for hh in 0..gs {
-            let qi = k * gs + hh;
-            let s = &mut sc.s[qi * ncells + lo - jlo..qi * ncells + p + 1 - jlo];
-            let mut m = f32::NEG_INFINITY;
-            for &x in s.iter() {
-                if x > m {
-                    m = x;
-                }
-            }
-            let mut sum = 0.0f64;
-            for x in s.iter_mut() {
-                *x = (*x - m).exp();
-                sum += *x as f64;
-            }
-            sc.inv[qi] = (1.0 / sum) as f32;
-        }
+    // softmax per query over its own cells lo..=p (one token's queries share the range)
+    for (k, &p) in pos.iter().enumerate() {
+        let lo = kv.first_visible(p as usize);
+        let (a, b) = (k * gs * ncells + lo - jlo, k * gs * ncells + p as usize + 1 - jlo);
+        softmax(&mut sc.s, ncells, a, b, &mut sc.inv[k * gs..(k + 1) * gs]);
     }
 
-    // o = Σ_j p_j v_j in increasing j, each V cell read once for the tile
-    let in_place_v = in_place;
+    // o = Σ_j p_j v_j in increasing j, per block of VB cells: tokens k..k2 that see the
+    // same cells c0..c1 of the block (and read them from the same place) go together.
+    let vis = |p: usize, j0: usize, n: usize| seen(p, j0, n).then(|| (kv.first_visible(p).max(j0) - j0, (p + 1).min(j0 + n) - j0));
     let mut j0 = jlo;
     while j0 <= pmax {
-        let n = CB.min(pmax + 1 - j0);
-        let rows: &[f32] = if in_place_v {
-            let b = kv.cell(g, j0);
-            &kv.v[b..b + n * d]
-        } else {
-            for c in 0..n {
-                kv.read(false, g, j0 + c, pmax, &mut sc.rows[c * d..(c + 1) * d]);
-            }
-            &sc.rows[..n * d]
-        };
-        for k in 0..nt {
-            let p = tl.pos[tl.t0 + k] as usize;
-            let lo = kv.first_visible(p);
-            // cells of the block this token sees
-            let (c0, c1) = (lo.max(j0) - j0, (p + 1).min(j0 + n).saturating_sub(j0));
-            if c0 >= c1 {
-                continue;
-            }
-            for hh in 0..gs {
-                let qi = k * gs + hh;
-                let inv = sc.inv[qi];
-                let s = &sc.s[qi * ncells + j0 - jlo..];
-                for c in c0..c1 {
-                    sc.w[c] = s[c] * inv;
+        let n = VB.min(pmax + 1 - j0);
+        if shared(j0, n) {
+            let rows = cells(kv, false, g, j0, n, pmax, in_place, &mut sc.rows);
+            let mut k = 0;
+            while k < nt {
+                let r = vis(pos[k] as usize, j0, n);
+                let mut k2 = k + 1;
+                while k2 < nt && vis(pos[k2] as usize, j0, n) == r {
+                    k2 += 1;
                 }
-                let oq = &mut o[qi * d..(qi + 1) * d];
-                accumulate(oq, &rows[c0 * d..c1 * d], &sc.w[c0..c1], d);
+                if let Some(r) = r {
+                    v_run::<NV>(&mut sc.o, &mut sc.w, (&sc.s, &sc.inv, ncells), rows, (k * gs, k2 * gs), r, j0 - jlo, d);
+                }
+                k = k2;
+            }
+        } else {
+            for (k, &p) in pos.iter().enumerate() {
+                let p = p as usize;
+                if let Some(r) = vis(p, j0, n) {
+                    let rows = cells(kv, false, g, j0, n, p, in_place, &mut sc.rows);
+                    v_run::<NV>(&mut sc.o, &mut sc.w, (&sc.s, &sc.inv, ncells), rows, (k * gs, (k + 1) * gs), r, j0 - jlo, d);
+                }
             }
         }
         j0 += n;
     }
-    for oq in o[..nq * d].chunks_exact_mut(d) {
-        kv.unrotate_o(oq);
+    hadamard(&mut sc.o, kv.rot_v);
+    for (k, ok) in sc.o.chunks_exact(gs * d).enumerate() {
+        o[k * tl.ostride..k * tl.ostride + gs * d].copy_from_slice(ok);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn tile_avx2(tl: Tile<'_>, sc: &mut Scratch, o: &mut [f32]) {
-    tile_impl::<8>(tl, sc, o)
+    tile_impl::<8, 4, true>(tl, sc, o)
 }
 
 fn tile(tl: Tile<'_>, o: &mut [f32]) {
@@ -254,7 +214,7 @@ fn tile(tl: Tile<'_>, o: &mut [f32]) {
             // the results are the same as the portable path's.
             return unsafe { tile_avx2(tl, sc, o) };
         }
-        tile_impl::<4>(tl, sc, o)
+        tile_impl::<4, 2, false>(tl, sc, o)
     })
 }
 
@@ -289,47 +249,33 @@ pub fn attention(
         }
         let kv: &KvCache = kv;
         let max_kv = pos[a..b].iter().map(|&p| p as usize + 1 - kv.first_visible(p as usize)).max().unwrap_or(0);
-        // Tokens share decoded cells when every token reads a cell from the same place:
-        // no window shadows (their choice depends on the query position), no ring.
-        let share = !kv.ring && kv.shadow.window == 0;
         let nt = b - a;
-        let tt = if share { TT.min(nt) } else { 1 };
-        let n_tiles = nt.div_ceil(tt);
-        // Split a GQA group over several tiles only to give every thread work (each split
-        // reads the cells again); the split never changes what an element computes.
         let threads = if par::outside_pool() { 1 } else { rayon::current_num_threads() };
-        let mut gs = group;
-        while gs % 2 == 0 && n_tiles * n_head_kv * (group / gs) < threads {
-            gs /= 2;
-        }
-        let splits = group / gs;
-        let work = decode_cost * d * max_kv * (tt + gs);
-        let task = |idx: usize, o: &mut [f32]| {
-            let tile_i = idx / (n_head_kv * splits);
-            let r = idx % (n_head_kv * splits);
-            let g = r / splits;
-            let t0 = a + tile_i * tt;
-            let tl = Tile { kv, q, pos, t0, t1: (t0 + tt).min(b), h0: g * group + (r % splits) * gs, gs, g, n_head, scale };
-            tile(tl, o);
-        };
         let ys = &mut y[a * n_head * d..b * n_head * d];
-        if tt == 1 {
-            // tile layout [token][KV head][split] = the output's [token][head]
-            par::rows(ys, gs * d, work, task);
-        } else {
-            let per = tt * gs * d;
-            let mut tmp = vec![0.0f32; n_tiles * n_head_kv * splits * per];
-            par::rows(&mut tmp, per, work, task);
-            for (idx, chunk) in tmp.chunks_exact(per).enumerate() {
-                let tile_i = idx / (n_head_kv * splits);
-                let r = idx % (n_head_kv * splits);
-                let h0 = (r / splits) * group + (r % splits) * gs;
-                let t0 = tile_i * tt;
-                for kk in 0..(tt.min(nt - t0)) {
-                    let dst = ((t0 + kk) * n_head + h0) * d;
-                    ys[dst..dst + gs * d].copy_from_slice(&chunk[kk * gs * d..(kk + 1) * gs * d]);
+        let tile_at = |t0: usize, t1: usize, h0: usize, gs: usize, ostride: usize, o: &mut [f32]| {
+            tile(Tile { kv, q, pos, t0, t1, h0, gs, g: h0 / group, n_head, scale, ostride }, o);
+        };
+        // tokens per tile: up to TT while every thread still gets a task
+        let tt = (1..=TT).rev().find(|&tt| nt >= tt * threads).unwrap_or(1);
+        if tt > 1 {
+            // prefill: a task per tt tokens, its tiles of every KV head
+            let work = decode_cost * d * max_kv * (tt + group) * n_head_kv;
+            par::rows(ys, tt * n_head * d, work, |i, o| {
+                let t0 = a + i * tt;
+                for g in 0..n_head_kv {
+                    tile_at(t0, (t0 + tt).min(b), g * group, group, n_head * d, &mut o[g * group * d..]);
                 }
+            });
+        } else {
+            // a tile per (token, part of a GQA group): split a group only to give every
+            // thread work (each split reads the cells again; never changes what an element
+            // computes). Layout [token][KV head][split] = the output's [token][head].
+            let mut gs = group;
+            while gs.is_multiple_of(2) && nt * n_head_kv * (group / gs) < threads {
+                gs /= 2;
             }
+            let work = decode_cost * d * max_kv * (1 + gs);
+            par::rows(ys, gs * d, work, |i, o| tile_at(a + i / (n_head / gs), a + i / (n_head / gs) + 1, (i % (n_head / gs)) * gs, gs, 0, o));
         }
     }
     out_f32(OP, out, y)

@@ -158,3 +158,25 @@ fn batch_split_does_not_change_results() {
     assert!(whole.iter().zip(&pieces).all(|(x, y)| x.to_bits() == y.to_bits()));
     assert!(same_kv(&a, &b));
 }
+
+#[test]
+fn prefill_tiles_straddling_sink_and_window_match_the_reference() {
+    // Prefill chunks whose tiles of tokens cross the sink (4) and window (64) boundaries:
+    // each token must read every cell from where its own query reads it. Also unordered
+    // batches (descending, interleaved far apart), where a tile's positions span more
+    // than the window.
+    let inter: Vec<i32> = (0..40).flat_map(|i| [437 + i, 477 + i]).collect();
+    let desc: Vec<i32> = (517..600).rev().collect();
+    let seqs = [vec![range(0, 100), range(100, 400)], vec![range(0, 37), range(37, 137), range(137, 437), inter, desc]];
+    for (ty, sink, window) in [(KvType::Q4_0, 4, 64), (KvType::Q8_0, 4, 64), (KvType::F16, 4, 64), (KvType::F32, 4, 64), (KvType::F32, 0, 0)] {
+        for (h, hkv, d) in [(8, 2, 64), (2, 1, 256)] {
+            for steps in &seqs {
+                let st = LayerState::Kv(KvCache::with_shadows(hkv, d, 640, ty, sink, window));
+                run_sequence(st, h, hkv, d, steps);
+            }
+        }
+    }
+    // the full model's geometry, default q4_0 cache
+    let st = LayerState::Kv(KvCache::with_type(2, 256, 512, KvType::Q4_0));
+    run_sequence(st, 16, 2, 256, &[range(0, 37), range(37, 300)]);
+}
