@@ -104,6 +104,11 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Pa
             }
         }
     }
+    if !SIX {
+        // SAFETY: as above.
+        unsafe { q4k_scales16(w.add(i * bb), ws, pk) };
+        return;
+    }
     // scales, corrections and d / dmin per row, as `x86_pack::pack`
     let mut sc = [[0i32; 16]; 16];
     let mut corr = [[0i32; 16]; 8];
@@ -142,6 +147,67 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Pa
         }
         pk.d = _mm512_loadu_ps(d.as_ptr());
         pk.dm = _mm512_loadu_ps(dm.as_ptr());
+    }
+}
+
+/// Q4_K scales, mins (as the `(m, m)` i16 pairs of the correction) and d / dmin of the
+/// 16 blocks at `x + r·ws`, computed across rows in 512-bit lanes (lane r = row r) with
+/// `x86_tile::scales_mins_k4`'s bit formulas, exact as the scalar path.
+#[inline(always)]
+unsafe fn q4k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
+    // SAFETY (whole body): each row's block starts with 16 readable bytes (d, dmin, the
+    // 12 scale bytes); AVX-512 enabled in every caller.
+    unsafe {
+        // z[m] holds rows m, m+4, m+8, m+12 (one per 128-bit lane), so that a 4×4 dword
+        // transpose per lane leaves dword k of row r in lane r of h[k].
+        // (macros, not closures: a closure would not inherit the target features)
+        macro_rules! row {
+            ($r:expr) => {
+                _mm_loadu_si128(x.add($r * ws) as *const __m128i)
+            };
+        }
+        let mut z = [_mm512_setzero_si512(); 4];
+        for (m, zm) in z.iter_mut().enumerate() {
+            let v = _mm512_castsi128_si512(row!(m));
+            let v = _mm512_inserti32x4::<1>(v, row!(m + 4));
+            let v = _mm512_inserti32x4::<2>(v, row!(m + 8));
+            *zm = _mm512_inserti32x4::<3>(v, row!(m + 12));
+        }
+        let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+        let h = [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ];
+        let (k1, k2, k3) = (_mm512_set1_epi32(0x3f3f_3f3f), _mm512_set1_epi32(0x0f0f_0f0f), _mm512_set1_epi32(0x0303_0303));
+        let sc_lo = _mm512_and_si512(h[1], k1);
+        let mn_lo = _mm512_and_si512(h[2], k1);
+        let sc_hi = _mm512_or_si512(
+            _mm512_and_si512(h[3], k2),
+            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(h[1]), k3)),
+        );
+        let mn_hi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32::<4>(h[3]), k2),
+            _mm512_slli_epi32::<4>(_mm512_and_si512(_mm512_srli_epi32::<6>(h[2]), k3)),
+        );
+        let ff = _mm512_set1_epi32(0xff);
+        for s in 0..4 {
+            let c = _mm_cvtsi32_si128(8 * s as i32);
+            macro_rules! byte {
+                ($v:expr) => {
+                    _mm512_and_si512(_mm512_srl_epi32($v, c), ff)
+                };
+            }
+            pk.sc[s] = byte!(sc_lo);
+            pk.sc[4 + s] = byte!(sc_hi);
+            let (ml, mh) = (byte!(mn_lo), byte!(mn_hi));
+            pk.corr[s] = _mm512_or_si512(ml, _mm512_slli_epi32::<16>(ml));
+            pk.corr[4 + s] = _mm512_or_si512(mh, _mm512_slli_epi32::<16>(mh));
+        }
+        pk.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+        pk.dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(h[0])));
     }
 }
 
