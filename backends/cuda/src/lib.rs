@@ -285,6 +285,22 @@ impl Backend for CudaBackend {
     }
 }
 
+impl Drop for CudaBackend {
+    /// Deferred commands launched, graphs and resident buffers dropped, then the stream
+    /// drained, before the device (context, modules) goes.
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.res.lock() {
+            let _ = self.dev.ctx.bind_to_thread();
+            let _ = r.flush(&self.dev);
+            *r = Default::default();
+        }
+        if let Ok(mut g) = self.graphs.lock() {
+            g.clear();
+        }
+        let _ = self.dev.stream.synchronize();
+    }
+}
+
 /// Weight formats a matmul can take on the device, and how (for `pn info`-like reports).
 pub fn weight_support(ty: pn_ops::GgmlType) -> Support {
     match formats::residency(ty) {
