@@ -35,7 +35,12 @@ pub enum Decision {
 /// segments' keys only costs a re-capture, never a wrong replay).
 pub fn seg_key(run: &SegmentRun) -> GraphKey {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for x in [run.arena, run.segment as u64, run.n_tokens as u64, run.all_logits as u64] {
+    for x in [
+        run.arena,
+        run.segment as u64,
+        run.n_tokens as u64,
+        run.all_logits as u64,
+    ] {
         for b in x.to_le_bytes() {
             h ^= b as u64;
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -55,7 +60,13 @@ pub struct CapturePolicy {
 
 impl CapturePolicy {
     /// `graph_matches`: the graph held for `key` was captured for exactly `fp`.
-    pub fn decide(&mut self, key: GraphKey, arena: u64, fp: &[u64], graph_matches: bool) -> Decision {
+    pub fn decide(
+        &mut self,
+        key: GraphKey,
+        arena: u64,
+        fp: &[u64],
+        graph_matches: bool,
+    ) -> Decision {
         self.arena.insert(key, arena);
         if graph_matches {
             return Decision::Replay;
@@ -76,7 +87,12 @@ impl CapturePolicy {
     }
     /// Forgets the keys of `arena` (its slots are freed); returns them (graphs to drop).
     pub fn forget_arena(&mut self, arena: u64) -> Vec<GraphKey> {
-        let keys: Vec<GraphKey> = self.arena.iter().filter(|(_, &a)| a == arena).map(|(&k, _)| k).collect();
+        let keys: Vec<GraphKey> = self
+            .arena
+            .iter()
+            .filter(|(_, &a)| a == arena)
+            .map(|(&k, _)| k)
+            .collect();
         for k in &keys {
             self.arena.remove(k);
             self.last.remove(k);
@@ -182,8 +198,16 @@ mod tests {
         let mut p = CapturePolicy::default();
         let k = seg_key(&run(0, 1));
         let a = [1u64, 2, 3];
-        assert_eq!(p.decide(k, 7, &a, false), Decision::Eager, "first run: direct, remembered");
-        assert_eq!(p.decide(k, 7, &a, false), Decision::Capture, "the same work again: capture");
+        assert_eq!(
+            p.decide(k, 7, &a, false),
+            Decision::Eager,
+            "first run: direct, remembered"
+        );
+        assert_eq!(
+            p.decide(k, 7, &a, false),
+            Decision::Capture,
+            "the same work again: capture"
+        );
         assert_eq!(p.decide(k, 7, &a, true), Decision::Replay);
         // other work (another sequence's state, a regrown buffer): direct, then re-captured
         let b = [1u64, 2, 4];
@@ -206,13 +230,25 @@ mod tests {
         assert_eq!(p.decide(k0, 7, &[1], false), Decision::Capture);
         p.capture_failed(k0);
         assert_eq!(p.decide(k0, 7, &[1], false), Decision::Eager);
-        assert_eq!(p.decide(k0, 7, &[1], false), Decision::Eager, "not captured again");
+        assert_eq!(
+            p.decide(k0, 7, &[1], false),
+            Decision::Eager,
+            "not captured again"
+        );
         p.decide(k1, 8, &[2], false);
         let mut gone = p.forget_arena(7);
         gone.sort();
         assert_eq!(gone, vec![k0]);
-        assert_eq!(p.decide(k1, 8, &[2], false), Decision::Capture, "other arenas keep their history");
-        assert_eq!(p.decide(k0, 7, &[1], false), Decision::Eager, "a new arena starts over");
+        assert_eq!(
+            p.decide(k1, 8, &[2], false),
+            Decision::Capture,
+            "other arenas keep their history"
+        );
+        assert_eq!(
+            p.decide(k0, 7, &[1], false),
+            Decision::Eager,
+            "a new arena starts over"
+        );
     }
 
     #[test]
@@ -222,8 +258,14 @@ mod tests {
         for r in [
             SegmentRun { arena: 8, ..base },
             SegmentRun { segment: 3, ..base },
-            SegmentRun { n_tokens: 4, ..base },
-            SegmentRun { all_logits: true, ..base },
+            SegmentRun {
+                n_tokens: 4,
+                ..base
+            },
+            SegmentRun {
+                all_logits: true,
+                ..base
+            },
         ] {
             keys.push(seg_key(&r));
         }
@@ -231,23 +273,47 @@ mod tests {
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), n);
-        assert_eq!(seg_key(&SegmentRun { replay: true, ..base }), seg_key(&base), "the runner's hint is not part of the key");
+        assert_eq!(
+            seg_key(&SegmentRun {
+                replay: true,
+                ..base
+            }),
+            seg_key(&base),
+            "the runner's hint is not part of the key"
+        );
     }
 
     #[test]
     fn what_is_deferred() {
         let stable = OpenSeg::new(run(0, 1), true);
         assert!(stable.defer, "decode segments are deferred for capture");
-        assert!(!OpenSeg::new(run(0, 5), true).defer, "prefill runs directly");
-        assert!(!OpenSeg::new(run(0, 1), false).defer, "graphs off (PN_CUDA_GRAPHS=0)");
+        assert!(
+            !OpenSeg::new(run(0, 5), true).defer,
+            "prefill runs directly"
+        );
+        assert!(
+            !OpenSeg::new(run(0, 1), false).defer,
+            "graphs off (PN_CUDA_GRAPHS=0)"
+        );
         let mut s = stable;
         assert!(!s.capturable(), "nothing collected");
-        s.pending.push(Cmd::Copy { dst: 1, src: 2, bytes: 4 });
+        s.pending.push(Cmd::Copy {
+            dst: 1,
+            src: 2,
+            bytes: 4,
+        });
         assert!(s.capturable());
         assert_eq!(s.take_for_flush().len(), 1);
-        assert!(!s.defer && s.flushed && !s.capturable(), "flushed: the rest runs directly");
+        assert!(
+            !s.defer && s.flushed && !s.capturable(),
+            "flushed: the rest runs directly"
+        );
         let mut f = OpenSeg::new(run(0, 1), true);
-        f.pending.push(Cmd::Copy { dst: 1, src: 2, bytes: 4 });
+        f.pending.push(Cmd::Copy {
+            dst: 1,
+            src: 2,
+            bytes: 4,
+        });
         f.failed = true;
         assert!(!f.capturable(), "an op failed: never captured");
     }

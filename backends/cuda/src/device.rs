@@ -162,7 +162,10 @@ impl Device {
             return Ok(());
         }
         if n > dst.bytes {
-            return Err(CudaError::Driver(format!("upload of {n} bytes into {} bytes", dst.bytes)));
+            return Err(CudaError::Driver(format!(
+                "upload of {n} bytes into {} bytes",
+                dst.bytes
+            )));
         }
         // SAFETY: `dst` is a live allocation of at least `n` bytes (checked above).
         unsafe { result::memcpy_htod_async(dst.ptr, src, self.stream.cu_stream()) }.map_err(drv)
@@ -175,7 +178,10 @@ impl Device {
             return Ok(());
         }
         if n > src.bytes {
-            return Err(CudaError::Driver(format!("download of {n} bytes from {} bytes", src.bytes)));
+            return Err(CudaError::Driver(format!(
+                "download of {n} bytes from {} bytes",
+                src.bytes
+            )));
         }
         // SAFETY: `src` is a live allocation of at least `n` bytes (checked above); `dst`
         // stays borrowed until the synchronize below has returned.
@@ -231,7 +237,11 @@ impl Device {
             .try_to_f32()
             .map_err(|e| CudaError::Unsupported(format!("{}: {e}", w.name)))?;
         let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let dw = Arc::new(DevWeight::new(self.upload(&bytes)?, GgmlType::F32, 4 * w.shape.0[0]));
+        let dw = Arc::new(DevWeight::new(
+            self.upload(&bytes)?,
+            GgmlType::F32,
+            4 * w.shape.0[0],
+        ));
         self.weights.lock().map_err(poison)?.insert(key, dw.clone());
         Ok(dw)
     }
@@ -248,7 +258,12 @@ impl Device {
 impl DevWeight {
     fn new(buf: CudaSlice<u8>, ty: GgmlType, row_bytes: usize) -> DevWeight {
         let ptr = ptr_of(&buf);
-        DevWeight { buf, ptr, ty, row_bytes }
+        DevWeight {
+            buf,
+            ptr,
+            ty,
+            row_bytes,
+        }
     }
 }
 

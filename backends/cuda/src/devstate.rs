@@ -92,7 +92,11 @@ pub fn kv_geometry(kv: &KvCache) -> KvCache {
 
 /// A device buffer holding `host` (zeroed on the device without a copy when `host` is all
 /// zero bits: a fresh state uploads nothing).
-fn put<T: DeviceRepr + Copy>(d: &Device, host: &[T], zero: impl Fn(&T) -> bool) -> Result<CudaSlice<u8>, CudaError> {
+fn put<T: DeviceRepr + Copy>(
+    d: &Device,
+    host: &[T],
+    zero: impl Fn(&T) -> bool,
+) -> Result<CudaSlice<u8>, CudaError> {
     let buf = d.alloc::<u8>(std::mem::size_of_val(host))?;
     if !host.iter().all(zero) {
         d.htod(ptr_of(&buf), host)?;
@@ -126,7 +130,9 @@ fn holds(buf: &CudaSlice<u8>, bytes: usize) -> bool {
 }
 
 fn mismatch(what: &str) -> CudaError {
-    CudaError::Driver(format!("layer state: {what}: the host copy's shape differs from the device copy"))
+    CudaError::Driver(format!(
+        "layer state: {what}: the host copy's shape differs from the device copy"
+    ))
 }
 
 impl DevKv {
@@ -143,7 +149,14 @@ impl DevKv {
         };
         Ok(DevKv {
             geo: kv_geometry(kv),
-            mem: [kc, vc, put(d, &sh.k_sink, z16)?, put(d, &sh.v_sink, z16)?, put(d, &sh.k_win, z16)?, put(d, &sh.v_win, z16)?],
+            mem: [
+                kc,
+                vc,
+                put(d, &sh.k_sink, z16)?,
+                put(d, &sh.v_sink, z16)?,
+                put(d, &sh.k_win, z16)?,
+                put(d, &sh.v_win, z16)?,
+            ],
             ncells: kv.capacity,
             stage: None,
         })
@@ -151,10 +164,18 @@ impl DevKv {
 
     /// The host protocol's per-call copy: cells `0..ncells` of every head, the shadows,
     /// staging rows for `t` tokens.
-    pub fn host_temp(d: &Device, kv: &KvCache, ncells: usize, t: usize) -> Result<DevKv, CudaError> {
+    pub fn host_temp(
+        d: &Device,
+        kv: &KvCache,
+        ncells: usize,
+        t: usize,
+    ) -> Result<DevKv, CudaError> {
         let sh = &kv.shadow;
         let rb = kv.ty.row_bytes(kv.head_dim);
-        let stage = [d.alloc::<u8>(t * kv.n_head_kv * rb)?, d.alloc::<u8>(t * kv.n_head_kv * rb)?];
+        let stage = [
+            d.alloc::<u8>(t * kv.n_head_kv * rb)?,
+            d.alloc::<u8>(t * kv.n_head_kv * rb)?,
+        ];
         let z16 = |x: &u16| *x == 0;
         let up = |b: Vec<u8>| d.upload(&b);
         Ok(DevKv {
@@ -189,7 +210,12 @@ impl DevKv {
         let Some([ks, vs]) = &self.stage else {
             return Err(CudaError::Driver("write_back of a resident KV copy".into()));
         };
-        let (hkv, rb, dd, t) = (kv.n_head_kv, kv.ty.row_bytes(kv.head_dim), kv.head_dim, pos.len());
+        let (hkv, rb, dd, t) = (
+            kv.n_head_kv,
+            kv.ty.row_bytes(kv.head_dim),
+            kv.head_dim,
+            pos.len(),
+        );
         let mut kst = vec![0u8; t * hkv * rb];
         let mut vst = vec![0u8; t * hkv * rb];
         d.dtoh(&mut kst, ptr_of(ks))?;
@@ -218,7 +244,10 @@ impl DevKv {
 
     fn shadows_into(&self, d: &Device, kv: &mut KvCache) -> Result<(), CudaError> {
         let sh = &mut kv.shadow;
-        for (i, dst) in [&mut sh.k_sink, &mut sh.v_sink, &mut sh.k_win, &mut sh.v_win].into_iter().enumerate() {
+        for (i, dst) in [&mut sh.k_sink, &mut sh.v_sink, &mut sh.k_win, &mut sh.v_win]
+            .into_iter()
+            .enumerate()
+        {
             d.dtoh(dst, ptr_of(&self.mem[2 + i]))?;
         }
         Ok(())
@@ -228,7 +257,14 @@ impl DevKv {
     pub fn download(&self, d: &Device, kv: &mut KvCache) -> Result<(), CudaError> {
         let same = kv_geometry(kv) == self.geo
             && self.ncells == kv.capacity
-            && holds(&self.mem[0], if kv.ty == KvType::F32 { 4 * kv.k.len() } else { kv.kq.len() })
+            && holds(
+                &self.mem[0],
+                if kv.ty == KvType::F32 {
+                    4 * kv.k.len()
+                } else {
+                    kv.kq.len()
+                },
+            )
             && holds(&self.mem[2], 2 * kv.shadow.k_sink.len())
             && holds(&self.mem[4], 2 * kv.shadow.k_win.len());
         if !same {
@@ -272,7 +308,12 @@ impl DevRec {
         })
     }
     /// Host protocol: the part [`DevRec::host_temp`] uploaded, back into `r`.
-    pub fn write_back(&self, d: &Device, r: &mut RecurrentState, conv: bool) -> Result<(), CudaError> {
+    pub fn write_back(
+        &self,
+        d: &Device,
+        r: &mut RecurrentState,
+        conv: bool,
+    ) -> Result<(), CudaError> {
         if conv {
             d.dtoh(&mut r.conv, ptr_of(&self.conv))
         } else {
@@ -282,8 +323,12 @@ impl DevRec {
     pub fn download(&self, d: &Device, r: &mut RecurrentState) -> Result<(), CudaError> {
         if !holds(&self.conv, 4 * r.conv.len())
             || !holds(&self.ssm, 4 * r.ssm.len())
-            || (self.conv_channels, self.n_v_heads, self.head_k_dim, self.head_v_dim)
-                != (r.conv_channels, r.n_v_heads, r.head_k_dim, r.head_v_dim)
+            || (
+                self.conv_channels,
+                self.n_v_heads,
+                self.head_k_dim,
+                self.head_v_dim,
+            ) != (r.conv_channels, r.n_v_heads, r.head_k_dim, r.head_v_dim)
         {
             return Err(mismatch("recurrent state"));
         }
@@ -341,7 +386,14 @@ impl DevState {
                 let m = &k.mem;
                 DevState::Kv(Box::new(DevKv {
                     geo: k.geo.clone(),
-                    mem: [dup(d, &m[0])?, dup(d, &m[1])?, dup(d, &m[2])?, dup(d, &m[3])?, dup(d, &m[4])?, dup(d, &m[5])?],
+                    mem: [
+                        dup(d, &m[0])?,
+                        dup(d, &m[1])?,
+                        dup(d, &m[2])?,
+                        dup(d, &m[3])?,
+                        dup(d, &m[4])?,
+                        dup(d, &m[5])?,
+                    ],
                     ncells: k.ncells,
                     stage: None,
                 }))

@@ -29,7 +29,14 @@ fn needs(op: &'static str, what: &str) -> OpError {
 }
 
 /// Runs `op` on `ins` into `y` (a value of `out`); `st`: the layer state of a stateful op.
-pub fn run(cx: &mut Cx<'_>, op: &Op, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, st: Option<&mut DevState>) -> Result<(), OpError> {
+pub fn run(
+    cx: &mut Cx<'_>,
+    op: &Op,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    st: Option<&mut DevState>,
+) -> Result<(), OpError> {
     let k = op.kind();
     let e = |r: Result<(), CudaError>| r.map_err(|e| to_op_error(k, e));
     match op {
@@ -39,7 +46,9 @@ pub fn run(cx: &mut Cx<'_>, op: &Op, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta,
         }),
         Op::GetRows => e(ops_linear::get_rows(cx, ins, y)),
         Op::MatMul => e(ops_linear::matmul(cx, ins, y, out)),
-        Op::MoeExperts { merged_gate_up } => e(ops_linear::moe_experts(cx, ins, y, out, *merged_gate_up)),
+        Op::MoeExperts { merged_gate_up } => {
+            e(ops_linear::moe_experts(cx, ins, y, out, *merged_gate_up))
+        }
         Op::RmsNorm { eps } => e(ops_misc::norm(cx, ins, y, out, *eps, true)),
         Op::L2Norm { eps } => e(ops_misc::norm(cx, ins, y, out, *eps, false)),
         Op::Softmax => e(ops_misc::softmax(cx, ins, y, out)),
@@ -48,12 +57,23 @@ pub fn run(cx: &mut Cx<'_>, op: &Op, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta,
             mode,
             freq_base,
             freq_scale,
-        } => e(ops_misc::rope(cx, ins, y, out, *n_rot, *mode, *freq_base, *freq_scale)),
+        } => e(ops_misc::rope(
+            cx,
+            ins,
+            y,
+            out,
+            *n_rot,
+            *mode,
+            *freq_base,
+            *freq_scale,
+        )),
         Op::TopK { k: top } => e(ops_misc::topk(cx, ins, y, out, *top)),
         Op::MoeWeights { normalize } => e(ops_misc::moe_weights(cx, ins, y, out, *normalize)),
         Op::Unary(u) => e(ops_misc::unary(cx, ins, y, out, *u)),
         Op::Binary(b) => e(ops_misc::binary(cx, ins, y, out, *b)),
-        Op::SliceCols { group, offset, len } => e(ops_misc::slice_cols(cx, ins, y, out, *group, *offset, *len)),
+        Op::SliceCols { group, offset, len } => {
+            e(ops_misc::slice_cols(cx, ins, y, out, *group, *offset, *len))
+        }
         Op::SliceRows { start, len: _ } => e(ops_misc::slice_rows(cx, ins, y, out, *start)),
         Op::Reshape(_) => e(ops_misc::reshape(cx, ins, y, out)),
         Op::Attention {

@@ -31,7 +31,11 @@ impl Buf {
 
     /// `bytes` bytes from `off` bytes in (a sub-range of this buffer).
     pub fn at(&self, off: usize, bytes: usize) -> Buf {
-        debug_assert!(off + bytes <= self.bytes, "sub-range {off}+{bytes} of {} bytes", self.bytes);
+        debug_assert!(
+            off + bytes <= self.bytes,
+            "sub-range {off}+{bytes} of {} bytes",
+            self.bytes
+        );
         Buf {
             ptr: self.ptr + off as u64,
             bytes,
@@ -261,9 +265,16 @@ impl<C: Chunk> Scratch<C> {
     }
     /// `bytes` bytes (aligned) for the current op; `alloc` makes a new chunk of the given
     /// size when the last one is full.
-    pub fn take(&mut self, bytes: usize, alloc: impl FnOnce(usize) -> Result<C, CudaError>) -> Result<Buf, CudaError> {
+    pub fn take(
+        &mut self,
+        bytes: usize,
+        alloc: impl FnOnce(usize) -> Result<C, CudaError>,
+    ) -> Result<Buf, CudaError> {
         let need = bytes.max(1).div_ceil(ALIGN) * ALIGN;
-        let fits = self.chunks.last().is_some_and(|c| self.off + need <= c.size());
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| self.off + need <= c.size());
         if !fits {
             let last = self.chunks.last().map_or(0, |c| c.size());
             let size = (2 * last).max(2 * (self.off + need)).max(MIN_CHUNK);
@@ -309,7 +320,11 @@ impl<'a> Cx<'a> {
     }
     /// Resident protocol: temporaries from `scratch`; commands pushed to `defer` when
     /// given, else launched.
-    pub fn resident(d: &'a Device, scratch: &'a mut Scratch<CudaSlice<u8>>, defer: Option<&'a mut Vec<Cmd>>) -> Cx<'a> {
+    pub fn resident(
+        d: &'a Device,
+        scratch: &'a mut Scratch<CudaSlice<u8>>,
+        defer: Option<&'a mut Vec<Cmd>>,
+    ) -> Cx<'a> {
         Cx {
             d,
             temps: Temps::Scratch(scratch),
@@ -398,7 +413,10 @@ mod tests {
         assert_eq!(s.chunks(), 1, "1 MiB is enough");
         assert_eq!(a[0].ptr % ALIGN as u64, 0);
         assert_eq!(a[1].ptr - a[0].ptr, 256, "aligned pieces");
-        assert_eq!(a[2].ptr, a[0].ptr, "each op starts again at the chunk's start");
+        assert_eq!(
+            a[2].ptr, a[0].ptr,
+            "each op starts again at the chunk's start"
+        );
         assert_eq!(a[4].ptr, a[3].ptr + 256);
         s.trim();
         let b = run(&mut s, &mut next);
@@ -422,7 +440,10 @@ mod tests {
         assert_eq!(s.chunks(), 1, "the op fits the grown chunk now");
         assert_eq!(a2.ptr >> 40, b2.ptr >> 40);
         s.reset();
-        let again = (s.take(100, alloc_at(&mut next)).unwrap(), s.take(3 << 20, alloc_at(&mut next)).unwrap());
+        let again = (
+            s.take(100, alloc_at(&mut next)).unwrap(),
+            s.take(3 << 20, alloc_at(&mut next)).unwrap(),
+        );
         assert_eq!(again, (a2, b2));
     }
 
@@ -436,16 +457,49 @@ mod tests {
             shared: 512,
             args,
         };
-        let base = vec![k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]), Cmd::Copy { dst: 0xb000, src: 0xc000, bytes: 64 }];
+        let base = vec![
+            k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]),
+            Cmd::Copy {
+                dst: 0xb000,
+                src: 0xc000,
+                bytes: 64,
+            },
+        ];
         let fp = fingerprint(&base);
         assert_eq!(fp, fingerprint(&base.clone()));
         let variants = [
-            vec![k(vec![Arg::P(0xa100), Arg::I(5), Arg::F(1.5)]), base[1].clone()],
-            vec![k(vec![Arg::P(0xa000), Arg::I(6), Arg::F(1.5)]), base[1].clone()],
-            vec![k(vec![Arg::P(0xa000), Arg::L(5), Arg::F(1.5)]), base[1].clone()],
-            vec![k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(-1.5)]), base[1].clone()],
-            vec![k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]), Cmd::Copy { dst: 0xb000, src: 0xc000, bytes: 65 }],
-            vec![k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]), Cmd::Copy { dst: 0xb000, src: 0xc100, bytes: 64 }],
+            vec![
+                k(vec![Arg::P(0xa100), Arg::I(5), Arg::F(1.5)]),
+                base[1].clone(),
+            ],
+            vec![
+                k(vec![Arg::P(0xa000), Arg::I(6), Arg::F(1.5)]),
+                base[1].clone(),
+            ],
+            vec![
+                k(vec![Arg::P(0xa000), Arg::L(5), Arg::F(1.5)]),
+                base[1].clone(),
+            ],
+            vec![
+                k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(-1.5)]),
+                base[1].clone(),
+            ],
+            vec![
+                k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]),
+                Cmd::Copy {
+                    dst: 0xb000,
+                    src: 0xc000,
+                    bytes: 65,
+                },
+            ],
+            vec![
+                k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)]),
+                Cmd::Copy {
+                    dst: 0xb000,
+                    src: 0xc100,
+                    bytes: 64,
+                },
+            ],
             vec![k(vec![Arg::P(0xa000), Arg::I(5), Arg::F(1.5)])],
         ];
         for v in &variants {
@@ -460,8 +514,23 @@ mod tests {
 
     #[test]
     fn bufs_slice() {
-        let b = Buf { ptr: 4096, bytes: 100 };
-        assert_eq!(b.at(10, 20), Buf { ptr: 4106, bytes: 20 });
-        assert_eq!(b.from(40), Buf { ptr: 4136, bytes: 60 });
+        let b = Buf {
+            ptr: 4096,
+            bytes: 100,
+        };
+        assert_eq!(
+            b.at(10, 20),
+            Buf {
+                ptr: 4106,
+                bytes: 20
+            }
+        );
+        assert_eq!(
+            b.from(40),
+            Buf {
+                ptr: 4136,
+                bytes: 60
+            }
+        );
     }
 }

@@ -13,7 +13,13 @@ use pn_ops::reference::common::{conv_state, recurrent_state, token_positions};
 use pn_ops::{DType, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value};
 
 /// One op with host tensors in and out (`validate`d by the caller).
-pub fn execute(d: &Device, op: &Op, ins: &[Value<'_>], out: &TensorMeta, state: Option<&mut LayerState>) -> Result<Tensor, OpError> {
+pub fn execute(
+    d: &Device,
+    op: &Op,
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    state: Option<&mut LayerState>,
+) -> Result<Tensor, OpError> {
     let k = op.kind();
     let ce = |e| to_op_error(k, e);
     if let Op::Reshape(_) = op {
@@ -30,7 +36,10 @@ pub fn execute(d: &Device, op: &Op, ins: &[Value<'_>], out: &TensorMeta, state: 
                     TensorData::F32(x) => (cx.upload(x).map_err(ce)?, None),
                     TensorData::I32(x) => (cx.upload(x).map_err(ce)?, Some(&x[..])),
                 };
-                let meta = TensorMeta { shape: t.shape, dtype: t.dtype() };
+                let meta = TensorMeta {
+                    shape: t.shape,
+                    dtype: t.dtype(),
+                };
                 Opnd::Act { buf, meta, host }
             }
         });
@@ -38,13 +47,22 @@ pub fn execute(d: &Device, op: &Op, ins: &[Value<'_>], out: &TensorMeta, state: 
     let bytes = value_bytes(out).map_err(|msg| OpError::Invalid { op: k, msg })?;
     let y = cx.tmp(bytes).map_err(ce)?;
     match op {
-        Op::Attention { n_head_kv, head_dim, .. } => {
+        Op::Attention {
+            n_head_kv,
+            head_dim,
+            ..
+        } => {
             let kv = pn_ops::reference::attention::kv_cache(k, state, *n_head_kv, *head_dim)?;
             let t = out.shape.0[1];
-            let pos = opnds[3].host().ok_or_else(|| OpError::Invalid { op: k, msg: "positions must be i32".into() })?;
+            let pos = opnds[3].host().ok_or_else(|| OpError::Invalid {
+                op: k,
+                msg: "positions must be i32".into(),
+            })?;
             let pos = token_positions(k, pos, t)?;
             kv.check_positions(k, pos)?;
-            let mut ds = DevState::Kv(Box::new(DevKv::host_temp(d, kv, cells_read(kv, pos), t).map_err(ce)?));
+            let mut ds = DevState::Kv(Box::new(
+                DevKv::host_temp(d, kv, cells_read(kv, pos), t).map_err(ce)?,
+            ));
             run(&mut cx, op, &opnds, y, out, Some(&mut ds))?;
             if let DevState::Kv(dk) = &ds {
                 dk.write_back(d, kv, pos).map_err(ce)?;
@@ -89,5 +107,8 @@ pub fn execute(d: &Device, op: &Op, ins: &[Value<'_>], out: &TensorMeta, state: 
         d.dtoh(&mut v, y).map_err(ce)?;
         TensorData::F32(v)
     };
-    Ok(Tensor { shape: out.shape, data })
+    Ok(Tensor {
+        shape: out.shape,
+        data,
+    })
 }

@@ -190,7 +190,8 @@ impl CudaBackend {
             })?;
         // a resident segment's deferred commands go first (stream order)
         if let Ok(mut r) = self.res.lock() {
-            r.flush(&self.dev).map_err(|e| dispatch::to_op_error(op.kind(), e))?;
+            r.flush(&self.dev)
+                .map_err(|e| dispatch::to_op_error(op.kind(), e))?;
         }
         host::execute(&self.dev, op, ins, out, state)
     }
@@ -241,7 +242,13 @@ impl Backend for CudaBackend {
     fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
         self.download_slot(slot, meta, out)
     }
-    fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
+    fn copy_from(
+        &self,
+        src: &dyn Backend,
+        from: SlotId,
+        to: SlotId,
+        meta: &TensorMeta,
+    ) -> Result<bool, OpError> {
         self.copy_slot(src, from, to, meta)
     }
     fn execute_resident(

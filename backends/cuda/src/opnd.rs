@@ -38,20 +38,27 @@ impl<'a> Opnd<'a> {
     pub fn act(&self) -> Result<(Buf, Shape), CudaError> {
         match self {
             Opnd::Act { buf, meta, .. } => Ok((*buf, meta.shape)),
-            Opnd::Weight(w) => Err(bad(format!("expected an activation, found weight {}", w.name))),
+            Opnd::Weight(w) => Err(bad(format!(
+                "expected an activation, found weight {}",
+                w.name
+            ))),
         }
     }
     /// An f32 activation's buffer.
     pub fn f32(&self) -> Result<Buf, CudaError> {
         match self {
-            Opnd::Act { meta, .. } if meta.dtype != DType::F32 => Err(bad("expected an f32 activation")),
+            Opnd::Act { meta, .. } if meta.dtype != DType::F32 => {
+                Err(bad("expected an f32 activation"))
+            }
             _ => Ok(self.act()?.0),
         }
     }
     /// An i32 activation's buffer.
     pub fn i32(&self) -> Result<Buf, CudaError> {
         match self {
-            Opnd::Act { meta, .. } if meta.dtype != DType::I32 => Err(bad("expected an i32 activation")),
+            Opnd::Act { meta, .. } if meta.dtype != DType::I32 => {
+                Err(bad("expected an i32 activation"))
+            }
             _ => Ok(self.act()?.0),
         }
     }
@@ -73,7 +80,10 @@ impl<'a> Opnd<'a> {
 /// An f32 operand that may be an activation or a small weight (norm / conv / broadcast
 /// operand, cached on the device as f32): its buffer and shape. The `Arc` keeps the
 /// weight alive (it is also cached for the device's lifetime).
-pub fn f32_any(d: &Device, o: &Opnd<'_>) -> Result<(Buf, Shape, Option<Arc<DevWeight>>), CudaError> {
+pub fn f32_any(
+    d: &Device,
+    o: &Opnd<'_>,
+) -> Result<(Buf, Shape, Option<Arc<DevWeight>>), CudaError> {
     match o {
         Opnd::Act { .. } => {
             let (b, s) = o.act()?;
@@ -90,7 +100,9 @@ pub fn f32_any(d: &Device, o: &Opnd<'_>) -> Result<(Buf, Shape, Option<Arc<DevWe
 /// for them instead of reading out of bounds).
 pub fn check_ids(ids: Option<&[i32]>, limit: usize, what: &str) -> Result<(), CudaError> {
     match ids.and_then(|ids| ids.iter().find(|&&i| i < 0 || i as usize >= limit)) {
-        Some(i) => Err(CudaError::Driver(format!("{what} {i} out of range ({limit})"))),
+        Some(i) => Err(CudaError::Driver(format!(
+            "{what} {i} out of range ({limit})"
+        ))),
         None => Ok(()),
     }
 }
@@ -110,10 +122,19 @@ pub fn validate(op: &Op, ins: &[Opnd<'_>], out: &TensorMeta) -> Result<(), OpErr
     for o in ins {
         if let Opnd::Weight(w) = o {
             let rb = w.ty.row_bytes(w.shape.0[0]);
-            if rb.and_then(|rb| rb.checked_mul(w.shape.rows())).is_none_or(|need| w.bytes.len() < need) {
+            if rb
+                .and_then(|rb| rb.checked_mul(w.shape.rows()))
+                .is_none_or(|need| w.bytes.len() < need)
+            {
                 return Err(OpError::Invalid {
                     op: k,
-                    msg: format!("weight {}: {} bytes for {} {:?}", w.name, w.bytes.len(), w.ty, w.shape),
+                    msg: format!(
+                        "weight {}: {} bytes for {} {:?}",
+                        w.name,
+                        w.bytes.len(),
+                        w.ty,
+                        w.shape
+                    ),
                 });
             }
             if !w.ty.is_supported_weight() {
@@ -155,7 +176,12 @@ pub fn token_axis(s: &Shape, t: usize) -> Result<usize, String> {
 
 /// Tokens `[t0, t0+n)` of a value of shape `s` holding `t` tokens (token axis outermost,
 /// so the slice is contiguous): its shape and its first element and element count.
-pub fn token_slice(s: &Shape, t: usize, t0: usize, n: usize) -> Result<(Shape, usize, usize), String> {
+pub fn token_slice(
+    s: &Shape,
+    t: usize,
+    t0: usize,
+    n: usize,
+) -> Result<(Shape, usize, usize), String> {
     if t0 + n > t {
         return Err(format!("tokens {t0}..{} of {t}", t0 + n));
     }
@@ -174,7 +200,10 @@ pub fn slice_opnd<'a>(o: &Opnd<'a>, t: usize, t0: usize, n: usize) -> Result<Opn
             let (shape, off, len) = token_slice(&meta.shape, t, t0, n)?;
             Ok(Opnd::Act {
                 buf: buf.at(4 * off, 4 * len),
-                meta: TensorMeta { shape, dtype: meta.dtype },
+                meta: TensorMeta {
+                    shape,
+                    dtype: meta.dtype,
+                },
                 host: host.and_then(|h| h.get(off..off + len)),
             })
         }
@@ -190,30 +219,56 @@ mod tests {
         // [D, H, T] with T = 5 tokens: sequence 2..4 is 2 tokens, D·H elements each
         let s = Shape([8, 4, 5, 1]);
         assert_eq!(token_axis(&s, 5), Ok(2));
-        assert_eq!(token_slice(&s, 5, 2, 2), Ok((Shape([8, 4, 2, 1]), 2 * 32, 2 * 32)));
+        assert_eq!(
+            token_slice(&s, 5, 2, 2),
+            Ok((Shape([8, 4, 2, 1]), 2 * 32, 2 * 32))
+        );
         // [n, T]
         let s = Shape([16, 3, 1, 1]);
         assert_eq!(token_slice(&s, 3, 1, 1), Ok((Shape([16, 1, 1, 1]), 16, 16)));
         // positions [T]
-        assert_eq!(token_slice(&Shape([4, 1, 1, 1]), 4, 3, 1), Ok((Shape([1, 1, 1, 1]), 3, 1)));
-        assert!(token_slice(&Shape([4, 2, 1, 1]), 4, 0, 1).is_err(), "outermost dim is not the token axis");
+        assert_eq!(
+            token_slice(&Shape([4, 1, 1, 1]), 4, 3, 1),
+            Ok((Shape([1, 1, 1, 1]), 3, 1))
+        );
+        assert!(
+            token_slice(&Shape([4, 2, 1, 1]), 4, 0, 1).is_err(),
+            "outermost dim is not the token axis"
+        );
         assert!(token_slice(&s, 3, 2, 2).is_err(), "past the end");
-        let buf = Buf { ptr: 0x1000, bytes: 4 * 48 };
+        let buf = Buf {
+            ptr: 0x1000,
+            bytes: 4 * 48,
+        };
         let h = [0, 1, 2, 3, 4, 5];
         let o = Opnd::Act {
             buf,
-            meta: TensorMeta { shape: Shape([2, 3, 1, 1]), dtype: DType::I32 },
+            meta: TensorMeta {
+                shape: Shape([2, 3, 1, 1]),
+                dtype: DType::I32,
+            },
             host: Some(&h),
         };
-        let Opnd::Act { buf: b, meta, host } = slice_opnd(&o, 3, 1, 2).unwrap() else { panic!() };
-        assert_eq!(b, Buf { ptr: 0x1000 + 8, bytes: 16 });
+        let Opnd::Act { buf: b, meta, host } = slice_opnd(&o, 3, 1, 2).unwrap() else {
+            panic!()
+        };
+        assert_eq!(
+            b,
+            Buf {
+                ptr: 0x1000 + 8,
+                bytes: 16
+            }
+        );
         assert_eq!(meta.shape, Shape([2, 2, 1, 1]));
         assert_eq!(host, Some(&h[2..6]));
     }
 
     #[test]
     fn value_bytes_of_metas() {
-        let m = |dtype| TensorMeta { shape: Shape([3, 2, 1, 1]), dtype };
+        let m = |dtype| TensorMeta {
+            shape: Shape([3, 2, 1, 1]),
+            dtype,
+        };
         assert_eq!(value_bytes(&m(DType::F32)), Ok(24));
         assert_eq!(value_bytes(&m(DType::I32)), Ok(24));
         assert!(value_bytes(&m(DType::Weight(pn_ops::GgmlType::Q4_0))).is_err());

@@ -12,9 +12,9 @@
 //! replays them). Host path: a per-call copy of the cells the batch can read, with
 //! staging rows for the cells written (devstate.rs `write_back`).
 
+use crate::devstate::KvBufs;
 use crate::exec::{Buf, Cx};
 use crate::opnd::Opnd;
-use crate::devstate::KvBufs;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
 use pn_ops::{KvCache, KvType, OpError, TensorMeta};
@@ -76,11 +76,21 @@ pub fn cells_read(kv: &KvCache, pos: &[i32]) -> usize {
 /// Causal GQA attention (see the module doc). `kv`: the cache's geometry and modes;
 /// `b`: its device copy. Errors (a cache of another geometry, positions the host does not
 /// have or past a non-ring cache) are the CPU backend's.
-pub fn attention(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, kv: &KvCache, b: &KvBufs, g: AttnGeom) -> Result<(), OpError> {
+pub fn attention(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    kv: &KvCache,
+    b: &KvBufs,
+    g: AttnGeom,
+) -> Result<(), OpError> {
     let t = out.shape.0[1];
     let pos = ins[3].host().ok_or_else(|| OpError::Invalid {
         op: OP,
-        msg: "cuda: the positions must come from the host (the runner uploads them into their slot)".into(),
+        msg:
+            "cuda: the positions must come from the host (the runner uploads them into their slot)"
+                .into(),
     })?;
     let pos = pn_ops::reference::common::token_positions(OP, pos, t)?;
     if kv.n_head_kv != g.n_head_kv || kv.head_dim != g.d {
@@ -105,7 +115,15 @@ pub fn attention(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, kv
     run(cx, ins, y, kv, b, pos, g).map_err(cuda)
 }
 
-fn run(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, kv: &KvCache, b: &KvBufs, pos: &[i32], g: AttnGeom) -> Result<(), CudaError> {
+fn run(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    kv: &KvCache,
+    b: &KvBufs,
+    pos: &[i32],
+    g: AttnGeom,
+) -> Result<(), CudaError> {
     let (dd, hkv, h, t) = (g.d, g.n_head_kv, g.n_head, pos.len());
     let (q, k, v, dpos) = (ins[0].f32()?, ins[1].f32()?, ins[2].f32()?, ins[3].i32()?);
     let rb = kv.ty.row_bytes(dd);
@@ -216,6 +234,10 @@ mod tests {
         assert_eq!(cells_read(&kv, &[15]), 16);
         kv.ring = true;
         assert_eq!(cells_read(&kv, &[15]), 16);
-        assert_eq!(cells_read(&kv, &[40]), 16, "a wrapped ring reads every cell");
+        assert_eq!(
+            cells_read(&kv, &[40]),
+            16,
+            "a wrapped ring reads every cell"
+        );
     }
 }

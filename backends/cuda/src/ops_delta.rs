@@ -52,11 +52,21 @@ struct Geom {
 }
 
 /// Gated delta rule over the state's device copy (updated in place).
-pub fn delta_rule(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, st: &RecBufs) -> Result<(), OpError> {
+pub fn delta_rule(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    st: &RecBufs,
+) -> Result<(), OpError> {
     const OP: &str = "DeltaRule";
     let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
     let [dv, hv, t, _] = out.shape.0;
-    if st.n_v_heads != hv || st.head_k_dim != dk || st.head_v_dim != dv || st.ssm.bytes < 4 * hv * dv * dk {
+    if st.n_v_heads != hv
+        || st.head_k_dim != dk
+        || st.head_v_dim != dv
+        || st.ssm.bytes < 4 * hv * dv * dk
+    {
         return Err(OpError::Invalid {
             op: OP,
             msg: format!(
@@ -102,7 +112,15 @@ fn recurrent(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result
     for u in ups {
         b = b.p(*u);
     }
-    let b = b.p(y).i(i(g.dk)).i(i(g.hk)).i(i(g.dv)).i(i(g.hv)).i(i(g.t)).f(g.scale).i(use_sh as i32);
+    let b = b
+        .p(y)
+        .i(i(g.dk))
+        .i(i(g.hk))
+        .i(i(g.dv))
+        .i(i(g.hv))
+        .i(i(g.t))
+        .f(g.scale)
+        .i(use_sh as i32);
     let cfg = LaunchConfig {
         grid_dim: (g.hv as u32, g.dv.div_ceil(threads) as u32, 1),
         block_dim: (threads as u32, 1, 1),
@@ -121,15 +139,42 @@ fn chunked(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(
     let d = cx.d;
     for c0 in (0..n_chunks).step_by(group) {
         let n = group.min(n_chunks - c0);
-        let p = d.k("delta_chunk_prep")?.p(ups[0]).p(ups[1]).p(ups[3]).p(ups[4]).p(scr);
-        let p = p.i(i(g.dk)).i(i(g.hk)).i(i(g.hv)).i(i(g.t)).i(i(c0)).f(g.scale);
+        let p = d
+            .k("delta_chunk_prep")?
+            .p(ups[0])
+            .p(ups[1])
+            .p(ups[3])
+            .p(ups[4])
+            .p(scr);
+        let p = p
+            .i(i(g.dk))
+            .i(i(g.hk))
+            .i(i(g.hv))
+            .i(i(g.t))
+            .i(i(c0))
+            .f(g.scale);
         cx.go(p.cfg(LaunchConfig {
             grid_dim: (g.hv as u32, n as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: ((2 * DC * DC + 2 * DC) * 4) as u32,
         }))?;
-        let a = d.k("delta_chunk_apply")?.p(s).p(ups[0]).p(ups[1]).p(ups[2]).p(scr).p(y);
-        let a = a.i(i(g.dk)).i(i(g.hk)).i(i(g.dv)).i(i(g.hv)).i(i(g.t)).i(i(c0)).i(i(n)).f(g.scale);
+        let a = d
+            .k("delta_chunk_apply")?
+            .p(s)
+            .p(ups[0])
+            .p(ups[1])
+            .p(ups[2])
+            .p(scr)
+            .p(y);
+        let a = a
+            .i(i(g.dk))
+            .i(i(g.hk))
+            .i(i(g.dv))
+            .i(i(g.hv))
+            .i(i(g.t))
+            .i(i(c0))
+            .i(i(n))
+            .f(g.scale);
         cx.go(a.cfg(LaunchConfig {
             grid_dim: (g.hv as u32, g.dv.div_ceil(DTJ) as u32, 1),
             block_dim: (256, 1, 1),

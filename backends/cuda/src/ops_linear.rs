@@ -20,7 +20,13 @@ pub(crate) type Act = Option<Buf>;
 
 /// Convert `rows` rows of `k` f32 (on the device) to the vec-dot format of `wty`:
 /// returns the converted rows and the bytes of one row.
-pub(crate) fn quantize(cx: &mut Cx<'_>, x: Buf, rows: usize, k: usize, wty: GgmlType) -> Result<(Act, usize), CudaError> {
+pub(crate) fn quantize(
+    cx: &mut Cx<'_>,
+    x: Buf,
+    rows: usize,
+    k: usize,
+    wty: GgmlType,
+) -> Result<(Act, usize), CudaError> {
     let (at, qk, bb) = act_format(wty);
     if !k.is_multiple_of(qk) {
         return Err(bad(format!(
@@ -68,44 +74,61 @@ pub(crate) struct Mm<'a> {
 }
 
 pub(crate) fn mm(cx: &mut Cx<'_>, m: &Mm<'_>, y: Buf) -> Result<(), CudaError> {
-    let sfx = suffix(m.w.ty).ok_or_else(|| bad(format!("no matmul kernel for {}", m.w.ty.name())))?;
+    let sfx =
+        suffix(m.w.ty).ok_or_else(|| bad(format!("no matmul kernel for {}", m.w.ty.name())))?;
     let float = matches!(m.w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-    let nb = if float { m.k } else { m.k / m.w.ty.block_size() } as i32;
+    let nb = if float {
+        m.k
+    } else {
+        m.k / m.w.ty.block_size()
+    } as i32;
     let nt = if float { MM_NT_FLOAT } else { MM_NT_QUANT };
-    let grid = (m.n_out.div_ceil(MM_WARPS) as u32, m.pairs.div_ceil(nt) as u32, 1);
+    let grid = (
+        m.n_out.div_ceil(MM_WARPS) as u32,
+        m.pairs.div_ceil(nt) as u32,
+        1,
+    );
     if grid.1 > 65535 {
-        return Err(bad(format!("{} rows in one matmul (at most {})", m.pairs, 65535 * nt)));
+        return Err(bad(format!(
+            "{} rows in one matmul (at most {})",
+            m.pairs,
+            65535 * nt
+        )));
     }
     let wview = m.w.ptr.from(m.row_off * m.w.row_bytes);
     let (ids, n_exp) = match m.ids {
         Some((ids, e)) => (ids, e as i32),
         None => (Buf::NULL, 1),
     };
-    let c = cx
-        .d
-        .k(&format!("mm_{sfx}"))?
-        .p(wview)
-        .l(m.w.row_bytes as i64)
-        .l(m.estride as i64)
-        .p(ids)
-        .i(n_exp)
-        .p(m.act.unwrap_or(m.x))
-        .l(m.a_rb as i64)
-        .i(m.act_div as i32)
-        .p(y)
-        .i(m.n_out as i32)
-        .i(nb)
-        .i(m.pairs as i32)
-        .cfg(LaunchConfig {
-            grid_dim: grid,
-            block_dim: (32 * MM_WARPS as u32, 1, 1),
-            shared_mem_bytes: 0,
-        });
+    let c =
+        cx.d.k(&format!("mm_{sfx}"))?
+            .p(wview)
+            .l(m.w.row_bytes as i64)
+            .l(m.estride as i64)
+            .p(ids)
+            .i(n_exp)
+            .p(m.act.unwrap_or(m.x))
+            .l(m.a_rb as i64)
+            .i(m.act_div as i32)
+            .p(y)
+            .i(m.n_out as i32)
+            .i(nb)
+            .i(m.pairs as i32)
+            .cfg(LaunchConfig {
+                grid_dim: grid,
+                block_dim: (32 * MM_WARPS as u32, 1, 1),
+                shared_mem_bytes: 0,
+            });
     cx.go(c)
 }
 
 /// y = W x: x f32 [K, T] -> [N, T].
-pub fn matmul(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta) -> Result<(), CudaError> {
+pub fn matmul(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+) -> Result<(), CudaError> {
     let wv = ins[0].weight()?;
     let (k, n) = (wv.shape.0[0], wv.shape.0[1]);
     let t = out.shape.0[1];
@@ -144,24 +167,29 @@ pub fn get_rows(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf) -> Result<(), CudaErr
     }
     let w = cx.d.weight(&wv)?;
     let sfx = suffix(w.ty).ok_or_else(|| bad(format!("no get_rows kernel for {}", w.ty.name())))?;
-    let c = cx
-        .d
-        .k(&format!("get_rows_{sfx}"))?
-        .p(w.ptr)
-        .l(w.row_bytes as i64)
-        .p(ids)
-        .i(t as i32)
-        .i(k as i32)
-        .p(y)
-        .i(vocab as i32)
-        .cfg(grid1(k * t, 256));
+    let c =
+        cx.d.k(&format!("get_rows_{sfx}"))?
+            .p(w.ptr)
+            .l(w.row_bytes as i64)
+            .p(ids)
+            .i(t as i32)
+            .i(k as i32)
+            .p(y)
+            .i(vocab as i32)
+            .cfg(grid1(k * t, 256));
     cx.go(c)
 }
 
 /// Routed experts with SwiGLU, grouped by (token, selected expert) pair:
 /// G = gate_e x, U = up_e x (mm with ids), H = silu(G) ⊙ U, D = down_e H,
 /// out_t = Σ_r w[r,t] · D[t,r] in selection order.
-pub fn moe_experts(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, merged: bool) -> Result<(), CudaError> {
+pub fn moe_experts(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    merged: bool,
+) -> Result<(), CudaError> {
     let (ids, ids_shape) = ins[1].act()?;
     ins[1].i32()?;
     let gate_v = ins[3].weight()?;
@@ -181,7 +209,11 @@ pub fn moe_experts(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, 
     let wts = ins[2].f32()?;
     let (xg, g_rb) = quantize(cx, x, t, kd, gate.ty)?;
     let same_act = act_format(gate.ty).0 == act_format(up.ty).0;
-    let (xu_act, u_rb) = if same_act { (xg, g_rb) } else { quantize(cx, x, t, kd, up.ty)? };
+    let (xu_act, u_rb) = if same_act {
+        (xg, g_rb)
+    } else {
+        quantize(cx, x, t, kd, up.ty)?
+    };
     let g = cx.tmp4(pairs * f)?;
     let u = cx.tmp4(pairs * f)?;
     let base = Mm {
@@ -210,7 +242,20 @@ pub fn moe_experts(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, 
     // H = silu(G) ⊙ U (binary_f32 op 2 with identical shapes)
     let h = cx.tmp4(pairs * f)?;
     let (a0, p) = (f as i32, pairs as i32);
-    let c = d.k("binary_f32")?.p(g).p(u).p(h).i(a0).i(p).i(1).i(1).i(a0).i(p).i(1).i(1).i(2);
+    let c = d
+        .k("binary_f32")?
+        .p(g)
+        .p(u)
+        .p(h)
+        .i(a0)
+        .i(p)
+        .i(1)
+        .i(1)
+        .i(a0)
+        .i(p)
+        .i(1)
+        .i(1)
+        .i(2);
     cx.go(c.cfg(grid1(pairs * f, 256)))?;
     let (hq, h_rb) = quantize(cx, h, pairs, f, down.ty)?;
     let dd = cx.tmp4(pairs * kd)?;
@@ -228,6 +273,13 @@ pub fn moe_experts(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, 
         pairs,
     };
     mm(cx, &down_m, dd)?;
-    let c = d.k("moe_combine")?.p(dd).p(wts).p(y).i(kd as i32).i(top as i32).i(t as i32);
+    let c = d
+        .k("moe_combine")?
+        .p(dd)
+        .p(wts)
+        .p(y)
+        .i(kd as i32)
+        .i(top as i32)
+        .i(t as i32);
     cx.go(c.cfg(grid1(kd * t, 256)))
 }

@@ -19,7 +19,14 @@ fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
 }
 
 /// RmsNorm (`rms`) or L2Norm over each ne0 row.
-pub fn norm(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, eps: f32, rms: bool) -> Result<(), CudaError> {
+pub fn norm(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    eps: f32,
+    rms: bool,
+) -> Result<(), CudaError> {
     let n = out.shape.0[0];
     let rows = out.shape.rows();
     if n == 0 || rows == 0 {
@@ -39,7 +46,12 @@ pub fn norm(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, eps: f3
     cx.go(c.cfg(rows_cfg(rows, 256)))
 }
 
-pub fn softmax(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta) -> Result<(), CudaError> {
+pub fn softmax(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+) -> Result<(), CudaError> {
     let n = out.shape.0[0];
     let rows = out.shape.rows();
     if n == 0 || rows == 0 {
@@ -66,7 +78,10 @@ pub fn rope(
     ins[1].i32()?;
     let [dd, h, t, bb] = out.shape.0;
     if pos_shape.numel() != t {
-        return Err(bad(format!("{} positions for {t} tokens", pos_shape.numel())));
+        return Err(bad(format!(
+            "{} positions for {t} tokens",
+            pos_shape.numel()
+        )));
     }
     let (imrope, s) = match mode {
         RopeMode::Neox => (0i32, [0u32; 4]),
@@ -90,27 +105,32 @@ pub fn rope(
     if n == 0 {
         return Ok(());
     }
-    let c = cx
-        .d
-        .k("rope_neox")?
-        .p(y)
-        .p(pos)
-        .i(dd as i32)
-        .i(h as i32)
-        .i(t as i32)
-        .i(bb as i32)
-        .i(n_rot as i32)
-        .f(theta_scale)
-        .f(freq_scale)
-        .i(imrope)
-        .i(s[0] as i32)
-        .i(s[1] as i32)
-        .i(s[2] as i32)
-        .i(s[3] as i32);
+    let c =
+        cx.d.k("rope_neox")?
+            .p(y)
+            .p(pos)
+            .i(dd as i32)
+            .i(h as i32)
+            .i(t as i32)
+            .i(bb as i32)
+            .i(n_rot as i32)
+            .f(theta_scale)
+            .f(freq_scale)
+            .i(imrope)
+            .i(s[0] as i32)
+            .i(s[1] as i32)
+            .i(s[2] as i32)
+            .i(s[3] as i32);
     cx.go(c.cfg(grid1(n, 256)))
 }
 
-pub fn topk(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, k: usize) -> Result<(), CudaError> {
+pub fn topk(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    k: usize,
+) -> Result<(), CudaError> {
     let (x, xs) = ins[0].act()?;
     ins[0].f32()?;
     let rows = out.shape.rows();
@@ -121,7 +141,13 @@ pub fn topk(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, k: usiz
     cx.go(c.cfg(rows_cfg(rows, 256)))
 }
 
-pub fn moe_weights(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, normalize: bool) -> Result<(), CudaError> {
+pub fn moe_weights(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    normalize: bool,
+) -> Result<(), CudaError> {
     let (p, ps) = ins[0].act()?;
     ins[0].f32()?;
     let (ids, is) = ins[1].act()?;
@@ -135,11 +161,25 @@ pub fn moe_weights(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, 
     if k * t == 0 {
         return Ok(());
     }
-    let c = cx.d.k("moe_weights")?.p(p).p(ids).p(y).i(e as i32).i(k as i32).i(t as i32).i(normalize as i32);
+    let c =
+        cx.d.k("moe_weights")?
+            .p(p)
+            .p(ids)
+            .p(y)
+            .i(e as i32)
+            .i(k as i32)
+            .i(t as i32)
+            .i(normalize as i32);
     cx.go(c.cfg(grid1(t, 128)))
 }
 
-pub fn unary(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, op: UnaryOp) -> Result<(), CudaError> {
+pub fn unary(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    op: UnaryOp,
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
     if n == 0 {
         return Ok(());
@@ -156,7 +196,13 @@ pub fn unary(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, op: Un
     cx.go(c.cfg(grid1(n, 256)))
 }
 
-pub fn binary(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, op: BinaryOp) -> Result<(), CudaError> {
+pub fn binary(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    op: BinaryOp,
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
     if n == 0 {
         return Ok(());
@@ -170,7 +216,20 @@ pub fn binary(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, op: B
     };
     let [a0, a1, a2, a3] = out.shape.0.map(|v| v as i32);
     let [b0, b1, b2, b3] = bs.0.map(|v| v as i32);
-    let c = cx.d.k("binary_f32")?.p(a).p(bv).p(y).i(a0).i(a1).i(a2).i(a3).i(b0).i(b1).i(b2).i(b3).i(code);
+    let c =
+        cx.d.k("binary_f32")?
+            .p(a)
+            .p(bv)
+            .p(y)
+            .i(a0)
+            .i(a1)
+            .i(a2)
+            .i(a3)
+            .i(b0)
+            .i(b1)
+            .i(b2)
+            .i(b3)
+            .i(code);
     cx.go(c.cfg(grid1(n, 256)))
 }
 
@@ -188,23 +247,46 @@ pub fn slice_cols(
         return Ok(());
     }
     let x = ins[0].f32()?;
-    let c = cx.d.k("slice_cols")?.p(x).p(y).l(n as i64).i(group as i32).i(offset as i32).i(len as i32);
+    let c =
+        cx.d.k("slice_cols")?
+            .p(x)
+            .p(y)
+            .l(n as i64)
+            .i(group as i32)
+            .i(offset as i32)
+            .i(len as i32);
     cx.go(c.cfg(grid1(n, 256)))
 }
 
-pub fn slice_rows(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, start: usize) -> Result<(), CudaError> {
+pub fn slice_rows(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    start: usize,
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
     if n == 0 {
         return Ok(());
     }
     let x = ins[0].f32()?;
-    let c = cx.d.k("copy_f32")?.p(x).p(y).l((start * out.shape.0[0]) as i64).l(n as i64);
+    let c =
+        cx.d.k("copy_f32")?
+            .p(x)
+            .p(y)
+            .l((start * out.shape.0[0]) as i64)
+            .l(n as i64);
     cx.go(c.cfg(grid1(n, 256)))
 }
 
 /// Same data, new shape: a device copy into the output (the resident path's slots never
 /// alias; the host path does no device work for it).
-pub fn reshape(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta) -> Result<(), CudaError> {
+pub fn reshape(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+) -> Result<(), CudaError> {
     let (x, _) = ins[0].act()?;
     cx.go(crate::exec::Cmd::Copy {
         dst: y.ptr,

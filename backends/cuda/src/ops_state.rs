@@ -17,7 +17,14 @@ pub(crate) fn cuda(op: &'static str) -> impl Fn(CudaError) -> OpError {
 }
 
 /// Depthwise causal conv with its window state.
-pub fn conv1d(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, st: &RecBufs, d_conv: usize) -> Result<(), OpError> {
+pub fn conv1d(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    st: &RecBufs,
+    d_conv: usize,
+) -> Result<(), OpError> {
     const OP: &str = "Conv1dCausal";
     let c = out.shape.0[0];
     let t = out.shape.rows();
@@ -40,12 +47,29 @@ pub fn conv1d(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, st: &
         let w = d.weight_f32(&ins[1].weight()?)?;
         let x = ins[0].f32()?;
         let (ci, ti, di) = (c as i32, t as i32, d_conv as i32);
-        cx.go(d.k("conv1d_causal")?.p(st.conv).p(x).p(w.ptr).p(y).i(ci).i(ti).i(di).cfg(grid1(c * t, 256)))?;
+        cx.go(d
+            .k("conv1d_causal")?
+            .p(st.conv)
+            .p(x)
+            .p(w.ptr)
+            .p(y)
+            .i(ci)
+            .i(ti)
+            .i(di)
+            .cfg(grid1(c * t, 256)))?;
         if ns * c == 0 {
             return Ok(());
         }
         let s1 = cx.tmp4(ns * c)?;
-        cx.go(d.k("conv_state_update")?.p(st.conv).p(x).p(s1).i(ci).i(ti).i(di).cfg(grid1(ns * c, 256)))?;
+        cx.go(d
+            .k("conv_state_update")?
+            .p(st.conv)
+            .p(x)
+            .p(s1)
+            .i(ci)
+            .i(ti)
+            .i(di)
+            .cfg(grid1(ns * c, 256)))?;
         cx.go(Cmd::Copy {
             dst: st.conv.ptr,
             src: s1.ptr,

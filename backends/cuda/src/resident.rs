@@ -50,8 +50,12 @@ fn err(op: &'static str) -> impl Fn(String) -> OpError {
 fn host_bytes(t: &Tensor) -> &[u8] {
     match &t.data {
         // SAFETY: f32 / i32 have no padding; the byte view covers exactly the vector.
-        TensorData::F32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, 4 * v.len()) },
-        TensorData::I32(v) => unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, 4 * v.len()) },
+        TensorData::F32(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, 4 * v.len())
+        },
+        TensorData::I32(v) => unsafe {
+            std::slice::from_raw_parts(v.as_ptr() as *const u8, 4 * v.len())
+        },
     }
 }
 
@@ -59,7 +63,9 @@ impl ResState {
     /// Launches deferred commands now (something needs the stream mid-segment); the rest
     /// of the segment runs directly.
     pub fn flush(&mut self, d: &Device) -> Result<(), CudaError> {
-        let Some(s) = self.seg.as_mut() else { return Ok(()) };
+        let Some(s) = self.seg.as_mut() else {
+            return Ok(());
+        };
         let cmds = s.take_for_flush();
         if !cmds.is_empty() {
             self.stats.flushes += 1;
@@ -82,7 +88,14 @@ impl ResState {
     ) -> Result<(), OpError> {
         let k = op.kind();
         let e = err(k);
-        let ResState { slots, states, scratch, seg, stats, .. } = self;
+        let ResState {
+            slots,
+            states,
+            scratch,
+            seg,
+            stats,
+            ..
+        } = self;
         let mut ins = Vec::with_capacity(inputs.len());
         for i in inputs {
             ins.push(match i {
@@ -145,14 +158,25 @@ fn multi(
 ) -> Result<(), OpError> {
     let e = err(op.kind());
     if keys.len() != lens.len() {
-        return Err(e(format!("{} states for {} sequences", keys.len(), lens.len())));
+        return Err(e(format!(
+            "{} states for {} sequences",
+            keys.len(),
+            lens.len()
+        )));
     }
     let t: usize = lens.iter().sum();
     let mut t0 = 0;
     for (&key, &n) in keys.iter().zip(lens) {
-        let sub: Vec<Opnd<'_>> = ins.iter().map(|o| slice_opnd(o, t, t0, n)).collect::<Result<_, _>>().map_err(&e)?;
+        let sub: Vec<Opnd<'_>> = ins
+            .iter()
+            .map(|o| slice_opnd(o, t, t0, n))
+            .collect::<Result<_, _>>()
+            .map_err(&e)?;
         let (shape, off, len) = token_slice(&meta.shape, t, t0, n).map_err(&e)?;
-        let m = TensorMeta { shape, dtype: meta.dtype };
+        let m = TensorMeta {
+            shape,
+            dtype: meta.dtype,
+        };
         cx.new_op();
         let st = states.get_mut(key).map_err(&e)?;
         dispatch::run(cx, op, &sub, y.at(4 * off, 4 * len), &m, Some(st))?;
@@ -164,17 +188,31 @@ fn multi(
 impl CudaBackend {
     /// The op lock (one user of the stream at a time) and the resident tables, with the
     /// context bound to this thread. Lock order: op lock, `res`, `graphs`.
-    pub(crate) fn res(&self, op: &'static str) -> Result<(MutexGuard<'_, ()>, MutexGuard<'_, ResState>), OpError> {
-        let e = |m: &str| OpError::Invalid { op, msg: format!("cuda: {m}") };
+    pub(crate) fn res(
+        &self,
+        op: &'static str,
+    ) -> Result<(MutexGuard<'_, ()>, MutexGuard<'_, ResState>), OpError> {
+        let e = |m: &str| OpError::Invalid {
+            op,
+            msg: format!("cuda: {m}"),
+        };
         let g = self.lock.lock().map_err(|_| e("backend lock poisoned"))?;
-        self.dev.ctx.bind_to_thread().map_err(|x| e(&format!("{x:?}")))?;
-        let r = self.res.lock().map_err(|_| e("resident state lock poisoned"))?;
+        self.dev
+            .ctx
+            .bind_to_thread()
+            .map_err(|x| e(&format!("{x:?}")))?;
+        let r = self
+            .res
+            .lock()
+            .map_err(|_| e("resident state lock poisoned"))?;
         Ok((g, r))
     }
 
     /// Counters of the resident path, with the current slot / state / scratch sizes.
     pub fn resident_stats(&self) -> ResidentStats {
-        let Ok(r) = self.res.lock() else { return ResidentStats::default() };
+        let Ok(r) = self.res.lock() else {
+            return ResidentStats::default();
+        };
         ResidentStats {
             slots: r.slots.len() as u64,
             slot_bytes: r.slots.bytes() as u64,
@@ -191,13 +229,18 @@ impl CudaBackend {
         r.flush(&self.dev).map_err(|e| to_op_error(OP, e))?;
         let d = &self.dev;
         r.slots
-            .reserve(specs, |bytes| d.alloc::<u8>(bytes).map(|mem| DevSlot { mem, staging: None }))
+            .reserve(specs, |bytes| {
+                d.alloc::<u8>(bytes)
+                    .map(|mem| DevSlot { mem, staging: None })
+            })
             .map_err(|e| to_op_error(OP, e))?;
         Ok(())
     }
 
     pub(crate) fn release(&self, arena: u64) {
-        let Ok((_g, mut r)) = self.res("release_slots") else { return };
+        let Ok((_g, mut r)) = self.res("release_slots") else {
+            return;
+        };
         let _ = r.flush(&self.dev);
         r.slots.release(arena);
         let keys = r.policy.forget_arena(arena);
@@ -215,11 +258,17 @@ impl CudaBackend {
         let ce = |e| to_op_error(OP, e);
         let d = &self.dev;
         r.flush(d).map_err(ce)?;
-        let meta = TensorMeta { shape: t.shape, dtype: t.dtype() };
+        let meta = TensorMeta {
+            shape: t.shape,
+            dtype: t.dtype(),
+        };
         let bytes = r.slots.value(slot, &meta).map_err(err(OP))?.1;
         let src = host_bytes(t);
         if src.len() != bytes {
-            return Err(err(OP)(format!("{} bytes for a value of {meta}", src.len())));
+            return Err(err(OP)(format!(
+                "{} bytes for a value of {meta}",
+                src.len()
+            )));
         }
         let s = r.slots.get_mut(slot).map_err(err(OP))?;
         let dst = ptr_of(&s.mem.mem);
@@ -237,7 +286,8 @@ impl CudaBackend {
         if bytes > 0 {
             // SAFETY: `dst` holds at least `bytes` bytes (the slot's value check above);
             // the pinned source stays untouched until `ev` (recorded next) has passed.
-            unsafe { result::memcpy_htod_async(dst.ptr, &hs[..bytes], d.stream.cu_stream()) }.map_err(|e| ce(drv(e)))?;
+            unsafe { result::memcpy_htod_async(dst.ptr, &hs[..bytes], d.stream.cu_stream()) }
+                .map_err(|e| ce(drv(e)))?;
         }
         ev.record(&d.stream).map_err(|e| ce(drv(e)))?;
         s.mirror = match &t.data {
@@ -250,7 +300,12 @@ impl CudaBackend {
     }
 
     /// Slot → host; synchronous (the step's one wait for the device).
-    pub(crate) fn download_slot(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
+    pub(crate) fn download_slot(
+        &self,
+        slot: SlotId,
+        meta: &TensorMeta,
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
         const OP: &str = "download";
         let (_g, mut r) = self.res(OP)?;
         let ce = |e| to_op_error(OP, e);
@@ -272,7 +327,13 @@ impl CudaBackend {
     /// Die-to-die: slot `from` of `src` (a `CudaBackend`) into slot `to`, on the device
     /// (the same context: a device copy; another device: a peer copy), ordered after the
     /// source's work by an event, and the source's later work after the copy.
-    pub(crate) fn copy_slot(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
+    pub(crate) fn copy_slot(
+        &self,
+        src: &dyn Backend,
+        from: SlotId,
+        to: SlotId,
+        meta: &TensorMeta,
+    ) -> Result<bool, OpError> {
         const OP: &str = "copy_from";
         let Some(peer) = src.as_any().and_then(|a| a.downcast_ref::<CudaBackend>()) else {
             return Ok(false);
@@ -284,7 +345,15 @@ impl CudaBackend {
             let (s, bytes) = r.slots.value(from, meta).map_err(err(OP))?;
             let (sp, mirror) = (ptr_of(&s.mem.mem).ptr, s.mirror.clone());
             let dp = ptr_of(&r.slots.value(to, meta).map_err(err(OP))?.0.mem.mem).ptr;
-            launch(&self.dev, &Cmd::Copy { dst: dp, src: sp, bytes }).map_err(ce)?;
+            launch(
+                &self.dev,
+                &Cmd::Copy {
+                    dst: dp,
+                    src: sp,
+                    bytes,
+                },
+            )
+            .map_err(ce)?;
             finish_copy(&mut r, to, mirror, bytes);
             return Ok(true);
         }
@@ -294,7 +363,13 @@ impl CudaBackend {
             r.flush(&peer.dev).map_err(ce)?;
             let (s, bytes) = r.slots.value(from, meta).map_err(err(OP))?;
             let ev = peer.dev.stream.record_event(None).map_err(|e| ce(drv(e)))?;
-            (ptr_of(&s.mem.mem).ptr, peer.dev.ctx.cu_ctx(), s.mirror.clone(), bytes, ev)
+            (
+                ptr_of(&s.mem.mem).ptr,
+                peer.dev.ctx.cu_ctx(),
+                s.mirror.clone(),
+                bytes,
+                ev,
+            )
         };
         let (_g, mut r) = self.res(OP)?;
         let d = &self.dev;
@@ -335,7 +410,11 @@ impl CudaBackend {
         let (_g, mut r) = self.res(OP)?;
         let ce = |e| to_op_error(OP, e);
         r.flush(&self.dev).map_err(ce)?;
-        r.states.get(key).map_err(err(OP))?.download(&self.dev, st).map_err(ce)?;
+        r.states
+            .get(key)
+            .map_err(err(OP))?
+            .download(&self.dev, st)
+            .map_err(ce)?;
         r.stats.state_downloads += 1;
         r.stats.syncs += 1;
         Ok(())
@@ -347,13 +426,17 @@ impl CudaBackend {
         let ce = |e| to_op_error(OP, e);
         r.flush(&self.dev).map_err(ce)?;
         let d = &self.dev;
-        r.states.fork(from, to, |s| s.fork(d).map_err(|e| e.to_string())).map_err(err(OP))?;
+        r.states
+            .fork(from, to, |s| s.fork(d).map_err(|e| e.to_string()))
+            .map_err(err(OP))?;
         r.stats.state_copies += 1;
         Ok(true)
     }
 
     pub(crate) fn state_drop(&self, key: StateKey) {
-        let Ok((_g, mut r)) = self.res("state_release") else { return };
+        let Ok((_g, mut r)) = self.res("state_release") else {
+            return;
+        };
         // deferred commands may name the buffers: launch them before the (stream-ordered) free
         let _ = r.flush(&self.dev);
         if r.states.release(key) {

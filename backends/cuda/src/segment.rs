@@ -38,7 +38,13 @@ impl CudaBackend {
         const OP: &str = "begin_segment";
         let (_g, mut r) = self.res(OP)?;
         if let Some(o) = &r.seg {
-            return Err(seg_err(OP, format!("segment {} begins while segment {} is open", run.segment, o.run.segment)));
+            return Err(seg_err(
+                OP,
+                format!(
+                    "segment {} begins while segment {} is open",
+                    run.segment, o.run.segment
+                ),
+            ));
         }
         // no deferred command names older scratch chunks now
         r.scratch.trim();
@@ -51,9 +57,14 @@ impl CudaBackend {
         const OP: &str = "end_segment";
         let (_g, mut r) = self.res(OP)?;
         let Some(s) = r.seg.take() else {
-            return Err(seg_err(OP, format!("segment {} ends, none is open", run.segment)));
+            return Err(seg_err(
+                OP,
+                format!("segment {} ends, none is open", run.segment),
+            ));
         };
-        let ran = self.finish(&mut r, &s).map_err(|e| crate::dispatch::to_op_error(OP, e));
+        let ran = self
+            .finish(&mut r, &s)
+            .map_err(|e| crate::dispatch::to_op_error(OP, e));
         if self.debug >= 1 {
             let g = self.graphs.lock().map(|t| t.stats()).unwrap_or_default();
             eprintln!(
@@ -77,7 +88,10 @@ impl CudaBackend {
         }
         ran?;
         if s.run != *run {
-            return Err(seg_err(OP, format!("segment {} ends, open: {:?}", run.segment, s.run)));
+            return Err(seg_err(
+                OP,
+                format!("segment {} ends, open: {:?}", run.segment, s.run),
+            ));
         }
         Ok(())
     }
@@ -104,10 +118,17 @@ impl CudaBackend {
             return direct(why);
         }
         let fp = fingerprint(&s.pending);
-        let has = self.graphs.lock().map(|t| t.has(s.key, &fp)).unwrap_or(false);
+        let has = self
+            .graphs
+            .lock()
+            .map(|t| t.has(s.key, &fp))
+            .unwrap_or(false);
         match r.policy.decide(s.key, s.run.arena, &fp, has) {
             Decision::Replay => {
-                let mut t = self.graphs.lock().map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+                let mut t = self
+                    .graphs
+                    .lock()
+                    .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
                 if t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
                     r.stats.segments_replayed += 1;
                     return Ok(Ran::Replayed);
@@ -122,9 +143,15 @@ impl CudaBackend {
             }
             Decision::Capture => match self.capture_cmds(s.key, &fp, &s.pending) {
                 Ok(()) => {
-                    let mut t = self.graphs.lock().map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+                    let mut t = self
+                        .graphs
+                        .lock()
+                        .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
                     if !t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
-                        return Err(CudaError::Graph(format!("graph {} missing right after its capture", s.key)));
+                        return Err(CudaError::Graph(format!(
+                            "graph {} missing right after its capture",
+                            s.key
+                        )));
                     }
                     r.stats.segments_captured += 1;
                     Ok(Ran::Captured)
@@ -144,10 +171,16 @@ impl CudaBackend {
     /// Captures `cmds` on the stream into graph `key` for `fp` (not run: replay it).
     fn capture_cmds(&self, key: GraphKey, fp: &[u64], cmds: &[Cmd]) -> Result<(), CudaError> {
         let d = &self.dev;
-        let mut t = self.graphs.lock().map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+        let mut t = self
+            .graphs
+            .lock()
+            .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
         t.begin(key, fp)?;
         let none = CUgraphInstantiate_flags(0);
-        if let Err(e) = d.stream.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) {
+        if let Err(e) = d
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        {
             t.abort();
             return Err(drv(e));
         }
@@ -166,7 +199,9 @@ impl CudaBackend {
             },
             Ok(None) => {
                 t.abort();
-                Err(CudaError::Graph(format!("capture of graph {key} recorded no work")))
+                Err(CudaError::Graph(format!(
+                    "capture of graph {key} recorded no work"
+                )))
             }
             Err(e) => {
                 t.abort();

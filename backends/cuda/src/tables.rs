@@ -45,7 +45,11 @@ impl<B: SlotMem> SlotTable<B> {
     /// Reserves (or grows) the slots of `specs`; `alloc` makes a buffer of at least the
     /// given bytes. Returns how many buffers were allocated. A slot already holding its
     /// bytes keeps its buffer (same address).
-    pub fn reserve<E>(&mut self, specs: &[SlotSpec], mut alloc: impl FnMut(usize) -> Result<B, E>) -> Result<usize, E> {
+    pub fn reserve<E>(
+        &mut self,
+        specs: &[SlotSpec],
+        mut alloc: impl FnMut(usize) -> Result<B, E>,
+    ) -> Result<usize, E> {
         let mut n = 0;
         for sp in specs {
             match self.slots.get_mut(&sp.id) {
@@ -78,10 +82,14 @@ impl<B: SlotMem> SlotTable<B> {
         before - self.slots.len()
     }
     pub fn get(&self, id: SlotId) -> Result<&Slot<B>, String> {
-        self.slots.get(&id).ok_or_else(|| format!("{id} is not reserved"))
+        self.slots
+            .get(&id)
+            .ok_or_else(|| format!("{id} is not reserved"))
     }
     pub fn get_mut(&mut self, id: SlotId) -> Result<&mut Slot<B>, String> {
-        self.slots.get_mut(&id).ok_or_else(|| format!("{id} is not reserved"))
+        self.slots
+            .get_mut(&id)
+            .ok_or_else(|| format!("{id} is not reserved"))
     }
     /// Slot `id` about to hold (or holding) a value of `meta`: the slot and the value's
     /// bytes, which must fit the reservation.
@@ -89,14 +97,19 @@ impl<B: SlotMem> SlotTable<B> {
         let s = self.get(id)?;
         let bytes = value_bytes(meta)?;
         if bytes > s.reserved || bytes > s.mem.bytes() {
-            return Err(format!("{id}: a value of {meta} ({bytes} bytes) does not fit the {} bytes reserved", s.reserved));
+            return Err(format!(
+                "{id}: a value of {meta} ({bytes} bytes) does not fit the {} bytes reserved",
+                s.reserved
+            ));
         }
         Ok((s, bytes))
     }
     /// The host mirror of slot `id` when it holds exactly the i32 value of `meta`.
     pub fn mirror(&self, id: SlotId, meta: &TensorMeta) -> Option<&[i32]> {
         let s = self.slots.get(&id)?;
-        s.mirror.as_deref().filter(|m| meta.dtype == DType::I32 && m.len() == meta.shape.numel())
+        s.mirror
+            .as_deref()
+            .filter(|m| meta.dtype == DType::I32 && m.len() == meta.shape.numel())
     }
     /// Slot `id` was written on the device: its host mirror is stale.
     pub fn written(&mut self, id: SlotId) {
@@ -120,7 +133,9 @@ pub struct Keyed<S> {
 
 impl<S> Default for Keyed<S> {
     fn default() -> Self {
-        Keyed { map: HashMap::new() }
+        Keyed {
+            map: HashMap::new(),
+        }
     }
 }
 
@@ -130,13 +145,22 @@ impl<S> Keyed<S> {
         self.map.insert(key, s)
     }
     pub fn get(&self, key: StateKey) -> Result<&S, String> {
-        self.map.get(&key).ok_or_else(|| format!("layer state {key:?} is not held"))
+        self.map
+            .get(&key)
+            .ok_or_else(|| format!("layer state {key:?} is not held"))
     }
     pub fn get_mut(&mut self, key: StateKey) -> Result<&mut S, String> {
-        self.map.get_mut(&key).ok_or_else(|| format!("layer state {key:?} is not held"))
+        self.map
+            .get_mut(&key)
+            .ok_or_else(|| format!("layer state {key:?} is not held"))
     }
     /// `to` becomes a copy of `from` made by `copy`.
-    pub fn fork<E: From<String>>(&mut self, from: StateKey, to: StateKey, copy: impl FnOnce(&S) -> Result<S, E>) -> Result<(), E> {
+    pub fn fork<E: From<String>>(
+        &mut self,
+        from: StateKey,
+        to: StateKey,
+        copy: impl FnOnce(&S) -> Result<S, E>,
+    ) -> Result<(), E> {
         let s = copy(self.get(from)?)?;
         self.map.insert(to, s);
         Ok(())
@@ -166,10 +190,18 @@ mod tests {
     }
 
     fn id(arena: u64, slot: u32) -> SlotId {
-        SlotId { arena, class: 0, slot }
+        SlotId {
+            arena,
+            class: 0,
+            slot,
+        }
     }
     fn spec(arena: u64, slot: u32, bytes: usize) -> SlotSpec {
-        SlotSpec { id: id(arena, slot), dtype: DType::F32, bytes }
+        SlotSpec {
+            id: id(arena, slot),
+            dtype: DType::F32,
+            bytes,
+        }
     }
 
     #[test]
@@ -180,22 +212,47 @@ mod tests {
             serial += 1;
             Ok(Fake(b, serial))
         };
-        assert_eq!(t.reserve(&[spec(1, 0, 400), spec(1, 1, 64)], &mut alloc), Ok(2));
+        assert_eq!(
+            t.reserve(&[spec(1, 0, 400), spec(1, 1, 64)], &mut alloc),
+            Ok(2)
+        );
         // the same or a smaller size again: same buffers
-        assert_eq!(t.reserve(&[spec(1, 0, 400), spec(1, 1, 8)], &mut alloc), Ok(0));
-        assert_eq!((t.get(id(1, 0)).unwrap().mem.1, t.get(id(1, 1)).unwrap().mem.1), (1, 2));
+        assert_eq!(
+            t.reserve(&[spec(1, 0, 400), spec(1, 1, 8)], &mut alloc),
+            Ok(0)
+        );
+        assert_eq!(
+            (
+                t.get(id(1, 0)).unwrap().mem.1,
+                t.get(id(1, 1)).unwrap().mem.1
+            ),
+            (1, 2)
+        );
         assert_eq!(t.get(id(1, 1)).unwrap().reserved, 64);
         assert_eq!(t.moved, 0);
         // a larger reservation replaces the buffer (counted)
         assert_eq!(t.reserve(&[spec(1, 1, 65)], &mut alloc), Ok(1));
         assert_eq!((t.get(id(1, 1)).unwrap().mem.1, t.moved), (3, 1));
         assert_eq!(t.bytes(), 465);
-        let f32s = |n| TensorMeta { shape: Shape::d1(n), dtype: DType::F32 };
+        let f32s = |n| TensorMeta {
+            shape: Shape::d1(n),
+            dtype: DType::F32,
+        };
         assert_eq!(t.value(id(1, 0), &f32s(100)).map(|(_, b)| b), Ok(400));
-        assert!(t.value(id(1, 0), &f32s(101)).is_err(), "past the reservation");
-        assert!(t.value(id(2, 0), &f32s(1)).err().unwrap().contains("not reserved"));
+        assert!(
+            t.value(id(1, 0), &f32s(101)).is_err(),
+            "past the reservation"
+        );
+        assert!(t
+            .value(id(2, 0), &f32s(1))
+            .err()
+            .unwrap()
+            .contains("not reserved"));
         // a failing allocation leaves the table as it was
-        assert_eq!(t.reserve(&[spec(3, 0, 8)], |_| Err::<Fake, _>("oom".to_string())), Err("oom".into()));
+        assert_eq!(
+            t.reserve(&[spec(3, 0, 8)], |_| Err::<Fake, _>("oom".to_string())),
+            Err("oom".into())
+        );
         assert!(t.get(id(3, 0)).is_err());
     }
 
@@ -203,7 +260,8 @@ mod tests {
     fn release_frees_one_arena() {
         let mut t = SlotTable::<Fake>::default();
         let alloc = |b| Ok::<_, String>(Fake(b, 0));
-        t.reserve(&[spec(1, 0, 4), spec(1, 1, 4), spec(2, 0, 4)], alloc).unwrap();
+        t.reserve(&[spec(1, 0, 4), spec(1, 1, 4), spec(2, 0, 4)], alloc)
+            .unwrap();
         assert_eq!(t.release(1), 2);
         assert_eq!(t.release(1), 0);
         assert_eq!(t.len(), 1);
@@ -213,16 +271,27 @@ mod tests {
     #[test]
     fn mirrors_follow_uploads_and_writes() {
         let mut t = SlotTable::<Fake>::default();
-        t.reserve(&[spec(1, 0, 64)], |b| Ok::<_, String>(Fake(b, 0))).unwrap();
-        let i32s = |n| TensorMeta { shape: Shape::d1(n), dtype: DType::I32 };
+        t.reserve(&[spec(1, 0, 64)], |b| Ok::<_, String>(Fake(b, 0)))
+            .unwrap();
+        let i32s = |n| TensorMeta {
+            shape: Shape::d1(n),
+            dtype: DType::I32,
+        };
         assert_eq!(t.mirror(id(1, 0), &i32s(3)), None);
         t.get_mut(id(1, 0)).unwrap().mirror = Some(vec![7, 8, 9]);
         assert_eq!(t.mirror(id(1, 0), &i32s(3)), Some(&[7, 8, 9][..]));
         assert_eq!(t.mirror(id(1, 0), &i32s(2)), None, "another value");
-        let f = TensorMeta { shape: Shape::d1(3), dtype: DType::F32 };
+        let f = TensorMeta {
+            shape: Shape::d1(3),
+            dtype: DType::F32,
+        };
         assert_eq!(t.mirror(id(1, 0), &f), None, "not i32");
         t.written(id(1, 0));
-        assert_eq!(t.mirror(id(1, 0), &i32s(3)), None, "a kernel wrote the slot");
+        assert_eq!(
+            t.mirror(id(1, 0), &i32s(3)),
+            None,
+            "a kernel wrote the slot"
+        );
     }
 
     #[test]
@@ -230,12 +299,24 @@ mod tests {
         let k = |seq, layer| StateKey { seq, layer };
         let mut s = Keyed::<Vec<u8>>::default();
         assert!(s.put(k(1, 0), vec![1]).is_none());
-        assert_eq!(s.put(k(1, 0), vec![2]), Some(vec![1]), "uploaded again: replaced");
+        assert_eq!(
+            s.put(k(1, 0), vec![2]),
+            Some(vec![1]),
+            "uploaded again: replaced"
+        );
         s.put(k(1, 1), vec![3]);
-        s.fork(k(1, 0), k(2, 0), |v| Ok::<_, String>(v.clone())).unwrap();
+        s.fork(k(1, 0), k(2, 0), |v| Ok::<_, String>(v.clone()))
+            .unwrap();
         s.get_mut(k(2, 0)).unwrap().push(9);
-        assert_eq!((s.get(k(1, 0)).unwrap(), s.get(k(2, 0)).unwrap()), (&vec![2], &vec![2, 9]), "the fork is independent");
-        assert!(s.fork(k(5, 0), k(6, 0), |v| Ok::<_, String>(v.clone())).unwrap_err().contains("not held"));
+        assert_eq!(
+            (s.get(k(1, 0)).unwrap(), s.get(k(2, 0)).unwrap()),
+            (&vec![2], &vec![2, 9]),
+            "the fork is independent"
+        );
+        assert!(s
+            .fork(k(5, 0), k(6, 0), |v| Ok::<_, String>(v.clone()))
+            .unwrap_err()
+            .contains("not held"));
         assert!(s.release(k(1, 0)));
         assert!(!s.release(k(1, 0)));
         assert!(s.get(k(1, 0)).is_err());

@@ -20,7 +20,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Fixtures covering dense (q4_0, q4_k_m), recurrent + attention (qwen35) and MoE.
-const MODELS: &[&str] = &["tiny-q4_0", "ktiny-q4_k_m", "qwen35-ktiny-q4_k_m", "qwen3moe-ktiny-q4_k_m"];
+const MODELS: &[&str] = &[
+    "tiny-q4_0",
+    "ktiny-q4_k_m",
+    "qwen35-ktiny-q4_k_m",
+    "qwen3moe-ktiny-q4_k_m",
+];
 const PROMPT: usize = 8;
 const DECODE: usize = 6;
 
@@ -51,7 +56,13 @@ impl Backend for HostOnly {
     fn supports(&self, n: &Node) -> Support {
         self.0.supports(n)
     }
-    fn execute(&self, op: &Op, ins: &[Value<'_>], out: &TensorMeta, st: Option<&mut LayerState>) -> Result<Tensor, OpError> {
+    fn execute(
+        &self,
+        op: &Op,
+        ins: &[Value<'_>],
+        out: &TensorMeta,
+        st: Option<&mut LayerState>,
+    ) -> Result<Tensor, OpError> {
         self.0.execute(op, ins, out, st)
     }
 }
@@ -59,12 +70,24 @@ impl Backend for HostOnly {
 fn runner(path: &Path, dev: Device, b: Arc<dyn Backend>) -> Runner {
     let g = Arc::new(Gguf::open(path).expect("fixture opens"));
     let m = pn_models::load(&g).expect("fixture is a model");
-    Runner::with_dies(m, g, vec![Die { device: dev, backend: b }], Placement::single(dev)).expect("runner")
+    Runner::with_dies(
+        m,
+        g,
+        vec![Die {
+            device: dev,
+            backend: b,
+        }],
+        Placement::single(dev),
+    )
+    .expect("runner")
 }
 
 fn pearson(a: &[f32], b: &[f32]) -> f64 {
     let n = a.len() as f64;
-    let (ma, mb) = (a.iter().map(|&x| x as f64).sum::<f64>() / n, b.iter().map(|&x| x as f64).sum::<f64>() / n);
+    let (ma, mb) = (
+        a.iter().map(|&x| x as f64).sum::<f64>() / n,
+        b.iter().map(|&x| x as f64).sum::<f64>() / n,
+    );
     let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
     for (&x, &y) in a.iter().zip(b) {
         let (dx, dy) = (x as f64 - ma, y as f64 - mb);
@@ -81,23 +104,55 @@ fn pearson(a: &[f32], b: &[f32]) -> f64 {
 /// Rows close to the CPU's: argmax agreement ≥ 95 %, every row's Pearson r ≥ 0.999.
 fn close(name: &str, got: &[Vec<f32>], want: &[Vec<f32>]) {
     assert_eq!(got.len(), want.len());
-    let agree = got.iter().zip(want).filter(|(a, b)| argmax(a) == argmax(b)).count();
-    let r = got.iter().zip(want).map(|(a, b)| pearson(a, b)).fold(f64::INFINITY, f64::min);
-    println!("{name:<28} resident cuda vs cpu: argmax {agree}/{} r_min {r:.6}", got.len());
-    assert!(got.iter().flatten().all(|x| x.is_finite()), "{name}: non-finite logits");
-    assert!(agree as f64 >= 0.95 * got.len() as f64 && r >= 0.999, "{name}: resident CUDA logits differ from the CPU's");
+    let agree = got
+        .iter()
+        .zip(want)
+        .filter(|(a, b)| argmax(a) == argmax(b))
+        .count();
+    let r = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| pearson(a, b))
+        .fold(f64::INFINITY, f64::min);
+    println!(
+        "{name:<28} resident cuda vs cpu: argmax {agree}/{} r_min {r:.6}",
+        got.len()
+    );
+    assert!(
+        got.iter().flatten().all(|x| x.is_finite()),
+        "{name}: non-finite logits"
+    );
+    assert!(
+        agree as f64 >= 0.95 * got.len() as f64 && r >= 0.999,
+        "{name}: resident CUDA logits differ from the CPU's"
+    );
 }
 
 /// Logits rows of the prompt (every position) then `DECODE` steps fed `tokens`; the
 /// runner counters and the backend stats after every decode step.
-fn trace(r: &Runner, cuda: Option<&CudaBackend>, prompt: &[u32], tokens: &[u32]) -> (Vec<Vec<f32>>, Vec<(Counters, ResidentStats)>) {
+fn trace(
+    r: &Runner,
+    cuda: Option<&CudaBackend>,
+    prompt: &[u32],
+    tokens: &[u32],
+) -> (Vec<Vec<f32>>, Vec<(Counters, ResidentStats)>) {
     let mut st = r.new_state(PROMPT + DECODE + 8);
     let l = r.forward(&mut st, prompt, true).expect("prefill");
     let mut rows: Vec<Vec<f32>> = (0..l.rows()).map(|i| l.row(i).to_vec()).collect();
-    let snap = |r: &Runner| (r.counters(), cuda.map(|c| c.resident_stats()).unwrap_or_default());
+    let snap = |r: &Runner| {
+        (
+            r.counters(),
+            cuda.map(|c| c.resident_stats()).unwrap_or_default(),
+        )
+    };
     let mut marks = vec![snap(r)];
     for &t in tokens {
-        rows.push(r.forward(&mut st, &[t], false).expect("decode").row(0).to_vec());
+        rows.push(
+            r.forward(&mut st, &[t], false)
+                .expect("decode")
+                .row(0)
+                .to_vec(),
+        );
         marks.push(snap(r));
     }
     (rows, marks)
@@ -130,14 +185,18 @@ fn resident_runner_on_a_device() {
         let rc = runner(&path, Device::cpu(0), cpu.clone());
         let rg = runner(&path, Device::cuda(0), cuda.clone());
         let v = rc.model().n_vocab();
-        let prompt: Vec<u32> = (0..PROMPT).map(|i| ((i * 7919 + 13) % (v - 1) + 1) as u32).collect();
+        let prompt: Vec<u32> = (0..PROMPT)
+            .map(|i| ((i * 7919 + 13) % (v - 1) + 1) as u32)
+            .collect();
         // the CPU's greedy continuation, fed to every runner
         let (want, _) = trace(&rc, None, &prompt, &[]);
         let mut tokens = vec![argmax(want.last().unwrap()) as u32];
         let mut st = rc.new_state(PROMPT + DECODE + 8);
         rc.forward(&mut st, &prompt, false).unwrap();
         while tokens.len() < DECODE {
-            let l = rc.forward(&mut st, &[*tokens.last().unwrap()], false).unwrap();
+            let l = rc
+                .forward(&mut st, &[*tokens.last().unwrap()], false)
+                .unwrap();
             tokens.push(argmax(l.last()) as u32);
         }
         let (want, _) = trace(&rc, None, &prompt, &tokens);
@@ -155,22 +214,56 @@ fn resident_runner_on_a_device() {
                 c1.state_downloads - c0.state_downloads,
                 c1.device_copies - c0.device_copies,
             );
-            assert_eq!(moved, (2, 8, 1, 4 * v as u64, 0, 0, 0), "{name}: decode step {s}: runner counters");
-            assert_eq!(s1.syncs - s0.syncs, 1, "{name}: decode step {s}: the download is the only wait");
-            assert_eq!(s1.flushes, s0.flushes, "{name}: decode step {s}: nothing needed the stream mid-segment");
-            let (cap, rep) = (s1.segments_captured - s0.segments_captured, s1.segments_replayed - s0.segments_replayed);
-            println!("{name:<28} decode step {s}: {} commands, captured {cap}, replayed {rep}", s1.commands - s0.commands);
+            assert_eq!(
+                moved,
+                (2, 8, 1, 4 * v as u64, 0, 0, 0),
+                "{name}: decode step {s}: runner counters"
+            );
+            assert_eq!(
+                s1.syncs - s0.syncs,
+                1,
+                "{name}: decode step {s}: the download is the only wait"
+            );
+            assert_eq!(
+                s1.flushes, s0.flushes,
+                "{name}: decode step {s}: nothing needed the stream mid-segment"
+            );
+            let (cap, rep) = (
+                s1.segments_captured - s0.segments_captured,
+                s1.segments_replayed - s0.segments_replayed,
+            );
+            println!(
+                "{name:<28} decode step {s}: {} commands, captured {cap}, replayed {rep}",
+                s1.commands - s0.commands
+            );
             if s >= 2 {
-                assert_eq!((cap, rep), (0, 1), "{name}: decode step {s} replays its graph");
+                assert_eq!(
+                    (cap, rep),
+                    (0, 1),
+                    "{name}: decode step {s} replays its graph"
+                );
             }
         }
         let g = cuda.graph_stats();
-        println!("{name:<28} graphs: {g:?}; resident: {:?}", cuda.resident_stats());
+        println!(
+            "{name:<28} graphs: {g:?}; resident: {:?}",
+            cuda.resident_stats()
+        );
         // graphs off, and the host protocol: the same kernels, so the same logits bitwise
-        let (off, _) = trace(&runner(&path, Device::cuda(0), nograph.clone()), None, &prompt, &tokens);
+        let (off, _) = trace(
+            &runner(&path, Device::cuda(0), nograph.clone()),
+            None,
+            &prompt,
+            &tokens,
+        );
         assert!(off == got, "{name}: graph replay changed the logits");
         let host: Arc<dyn Backend> = Arc::new(HostOnly(nograph.clone()));
-        let (h, _) = trace(&runner(&path, Device::cuda(0), host), None, &prompt, &tokens);
+        let (h, _) = trace(
+            &runner(&path, Device::cuda(0), host),
+            None,
+            &prompt,
+            &tokens,
+        );
         assert!(h == got, "{name}: resident and host protocol differ");
         // state on the device: a fork decodes like the original; a sync (download) and
         // re-upload changes nothing
@@ -193,13 +286,24 @@ fn resident_runner_on_a_device() {
         let alone: Vec<Vec<f32>> = seqs
             .iter()
             .enumerate()
-            .map(|(i, s)| rg.forward(&mut s.try_clone().unwrap(), &[tokens[i]], false).unwrap().data)
+            .map(|(i, s)| {
+                rg.forward(&mut s.try_clone().unwrap(), &[tokens[i]], false)
+                    .unwrap()
+                    .data
+            })
             .collect();
         let toks: Vec<[u32; 1]> = (0..3).map(|i| [tokens[i]]).collect();
-        let mut parts: Vec<(&mut pn_engine::SeqState, &[u32])> = seqs.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+        let mut parts: Vec<(&mut pn_engine::SeqState, &[u32])> = seqs
+            .iter_mut()
+            .zip(&toks)
+            .map(|(s, t)| (s, &t[..]))
+            .collect();
         let multi = rg.forward_multi(&mut parts).expect("decode slots");
         for (i, row) in alone.iter().enumerate() {
-            assert!(multi.row(i) == &row[..], "{name}: slot {i} differs from the sequence alone");
+            assert!(
+                multi.row(i) == &row[..],
+                "{name}: slot {i} differs from the sequence alone"
+            );
         }
     }
     assert!(n > 0, "no fixture found (set PN_E2E_MODELS)");
