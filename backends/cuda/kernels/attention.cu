@@ -1,6 +1,7 @@
 // attention.cu: causal GQA attention over a KV cache in any pn_ops KvType (f32, f16,
 // q8_0, q4_0), with the Hadamard rotation, the f16 sink / window shadows and the ring
-// mode of pn_ops::KvCache. Device copy of the cache (uploaded by src/ops_attn.rs):
+// mode of pn_ops::KvCache. Device copy of the cache (src/devstate.rs; ncells = the
+// capacity for a resident state, the cells a batch reads for the host protocol's copy):
 //   cells  [Hkv][ncells][rb]   bytes of KvCache::k / kq (cell = pos, or pos % cap in a ring)
 //   sink   [Hkv][sink][D]      f16 bits (KvCache::shadow.k_sink / v_sink)
 //   win    [Hkv][slots][D]     f16 bits, slot = pos % slots (shadow.k_win / v_win)
@@ -103,16 +104,17 @@ __device__ __forceinline__ int sat_i8(float f) {
 
 // Encode the row x[0..D) (shared) into a cell of format ty (pn_ops::state::kv::encode_row):
 // q8_0 / q4_0 one thread per 32-block (ggml's reference quantizers, scanned in order).
+// stage: a copy of the cell bytes (host protocol), or null (resident state: none).
 __device__ void kv_encode(int ty, const float* x, u8* __restrict__ out, u8* __restrict__ stage, int D) {
     if (ty == KV_F32 || ty == KV_F16) {
         for (int i = threadIdx.x; i < D; i += blockDim.x) {
             if (ty == KV_F32) {
                 ((float*)out)[i] = x[i];
-                ((float*)stage)[i] = x[i];
+                if (stage) ((float*)stage)[i] = x[i];
             } else {
                 u16 h = f32_to_f16(x[i]);
                 ((u16*)out)[i] = h;
-                ((u16*)stage)[i] = h;
+                if (stage) ((u16*)stage)[i] = h;
             }
         }
         return;
@@ -121,22 +123,22 @@ __device__ void kv_encode(int ty, const float* x, u8* __restrict__ out, u8* __re
         const float* xb = x + b * 32;
         if (ty == KV_Q8_0) {  // quantize_q8_0_ref: d = amax/127, q = roundf(x·(1/d))
             u8* ob = out + b * 34;
-            u8* sb = stage + b * 34;
+            u8* sb = stage ? stage + b * 34 : nullptr;
             float amax = 0.0f;
             for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
             float d = amax / 127.0f;
             float id = d != 0.0f ? 1.0f / d : 0.0f;
             u16 dh = f32_to_f16(d);
             st_u16(ob, dh);
-            st_u16(sb, dh);
+            if (sb) st_u16(sb, dh);
             for (int i = 0; i < 32; i++) {
                 u8 q = (u8)(i8)sat_i8(roundf(xb[i] * id));
                 ob[2 + i] = q;
-                sb[2 + i] = q;
+                if (sb) sb[2 + i] = q;
             }
         } else {  // quantize_q4_0_ref: max = first value of largest |x|, d = max/-8
             u8* ob = out + b * 18;
-            u8* sb = stage + b * 18;
+            u8* sb = stage ? stage + b * 18 : nullptr;
             float amax = 0.0f, mx = 0.0f;
             for (int i = 0; i < 32; i++) {
                 float a = fabsf(xb[i]);
@@ -149,14 +151,14 @@ __device__ void kv_encode(int ty, const float* x, u8* __restrict__ out, u8* __re
             float id = d != 0.0f ? 1.0f / d : 0.0f;
             u16 dh = f32_to_f16(d);
             st_u16(ob, dh);
-            st_u16(sb, dh);
+            if (sb) st_u16(sb, dh);
             for (int j = 0; j < 16; j++) {
                 int q0 = sat_i8(xb[j] * id + 8.5f), q1 = sat_i8(xb[j + 16] * id + 8.5f);
                 q0 = q0 < 15 ? q0 : 15;  // `.min(15)` on the i8, then `as u8`
                 q1 = q1 < 15 ? q1 : 15;
                 u8 byte = (u8)((u8)(i8)q0 | (u8)((u8)(i8)q1 << 4));
                 ob[2 + j] = byte;
-                sb[2 + j] = byte;
+                if (sb) sb[2 + j] = byte;
             }
         }
     }
@@ -164,8 +166,10 @@ __device__ void kv_encode(int ty, const float* x, u8* __restrict__ out, u8* __re
 
 // KvCache::write on the device for tokens t0 .. t0+gridDim.x (one block per (token,
 // KV head g = blockIdx.y)): rotate k (rot_k) / v (rot_v), encode into the cell, copy the
-// cell bytes to the staging rows kst/vst [T][Hkv][rb] (what the host copies back into its
-// cache), and f16 copies into the sink (p < sink) and window (slots > 0) shadows.
+// cell bytes to the staging rows kst/vst [T][Hkv][rb] (host protocol: what the host copies
+// back into its cache; null for a resident state), and f16 copies into the sink (p < sink)
+// and window (slots > 0) shadows. The cell and shadow slots follow pos[t], read here: the
+// launch is the same for every decode step.
 // Dynamic shared memory: D floats.
 extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u16* __restrict__ ksink, u16* __restrict__ vsink,
                                     u16* __restrict__ kwin, u16* __restrict__ vwin, u8* __restrict__ kst, u8* __restrict__ vst,
@@ -185,7 +189,8 @@ extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u1
         else
             hadamard_sh(xs, D, rot_v, rs_v);
         u8* cells = pass ? vc : kc;
-        u8* stage = (pass ? vst : kst) + ((i64)t * Hkv + g) * rb;
+        u8* st = pass ? vst : kst;
+        u8* stage = st ? st + ((i64)t * Hkv + g) * rb : nullptr;
         kv_encode(ty, xs, cells + ((i64)g * ncells + cell) * rb, stage, D);
         u16* sk = pass ? vsink : ksink;
         u16* sw = pass ? vwin : kwin;

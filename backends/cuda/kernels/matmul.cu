@@ -88,19 +88,26 @@ __device__ void mm_float(const u8* __restrict__ W, i64 w_rb, i64 w_estride, cons
 PN_QUANT_FORMATS(DEF_MMQ)
 PN_FLOAT_FORMATS(DEF_MMF)
 
-// get_rows_<fmt>(table, rb, ids, T, K, out): out[t*K + i] = row ids[t] element i.
-// One thread per output element; ids were range-checked by the host.
+// get_rows_<fmt>(table, rb, ids, T, K, out, V): out[t*K + i] = row ids[t] element i.
+// One thread per output element. The host range-checks ids it knows; an id outside
+// 0..V (ids the host never saw, resident path) gives a NaN row instead of a stray read.
 template <class F>
-__device__ void get_rows(const u8* __restrict__ table, i64 rb, const int* __restrict__ ids, int T, int K, float* __restrict__ out) {
+__device__ void get_rows(const u8* __restrict__ table, i64 rb, const int* __restrict__ ids, int T, int K, float* __restrict__ out,
+                         int V) {
     i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (i64)T * K) return;
     int t = (int)(idx / K), i = (int)(idx % K);
-    const u8* row = table + (i64)ids[t] * rb;
+    int id = ids[t];
+    if (id < 0 || id >= V) {
+        out[idx] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const u8* row = table + (i64)id * rb;
     out[idx] = F::deq(row + (i64)(i / F::QK) * F::BW, i % F::QK);
 }
 #define DEF_GR(name, F) \
-    extern "C" __global__ void get_rows_##name(const u8 *table, i64 rb, const int *ids, int T, int K, float *out) { \
-        get_rows<F>(table, rb, ids, T, K, out); \
+    extern "C" __global__ void get_rows_##name(const u8 *table, i64 rb, const int *ids, int T, int K, float *out, int V) { \
+        get_rows<F>(table, rb, ids, T, K, out, V); \
     }
 PN_QUANT_FORMATS(DEF_GR)
 PN_FLOAT_FORMATS(DEF_GR)

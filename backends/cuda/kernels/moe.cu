@@ -24,14 +24,16 @@ extern "C" __global__ void topk_rows(const float* __restrict__ x, int* __restric
 }
 
 // w[r,t] = probs[ids[r,t], t], divided by max(Σ_r w, 6.103515625e-5) when normalize.
-// One thread per token; ids were range-checked by the host.
+// One thread per token. The host range-checks ids it knows; an id outside 0..E (ids
+// computed on the device, resident path) gives NaN instead of a stray read.
 extern "C" __global__ void moe_weights(const float* __restrict__ probs, const int* __restrict__ ids, float* __restrict__ w, int E,
                                        int k, int T, int normalize) {
     int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     float sum = 0.0f;
     for (int r = 0; r < k; r++) {
-        float v = probs[(i64)t * E + ids[(i64)t * k + r]];
+        int e = ids[(i64)t * k + r];
+        float v = (e >= 0 && e < E) ? probs[(i64)t * E + e] : __int_as_float(0x7fc00000);
         w[(i64)t * k + r] = v;
         sum += v;
     }

@@ -1,11 +1,12 @@
 //! The device: context, stream, loaded kernels, buffers, and the weight cache.
 
+use crate::exec::{Buf, K};
 use crate::formats::{self, Residency};
 use crate::kernels::{self, MODULES};
 use crate::CudaError;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchArgs, LaunchConfig,
-    ValidAsZeroBits,
+    result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchArgs,
+    LaunchConfig, ValidAsZeroBits,
 };
 use pn_ops::{GgmlType, WeightView};
 use std::collections::HashMap;
@@ -14,6 +15,8 @@ use std::sync::{Arc, Mutex};
 /// A weight resident on the device: raw GGUF blocks (or the f16 fallback).
 pub struct DevWeight {
     pub buf: CudaSlice<u8>,
+    /// `buf`'s address range (weights stay cached, so it stays valid).
+    pub ptr: Buf,
     /// The format of `buf` (the GGUF type, or F16 for dequantized-on-upload types).
     pub ty: GgmlType,
     pub row_bytes: usize,
@@ -130,9 +133,60 @@ impl Device {
         Ok(out)
     }
 
-    /// A launch builder for kernel `name`.
+    /// A launch builder for kernel `name` (cudarc's typed builder: graph selftest).
     pub fn launch(&self, name: &str) -> Result<LaunchArgs<'_>, CudaError> {
         Ok(self.stream.launch_builder(self.func(name)?))
+    }
+
+    /// A launch descriptor for kernel `name` (exec.rs).
+    pub fn k(&self, name: &str) -> Result<K, CudaError> {
+        let (&n, f) = self
+            .funcs
+            .get_key_value(name)
+            .ok_or_else(|| CudaError::Driver(format!("kernel {name} not loaded")))?;
+        Ok(K::new(n, f.cu_function() as usize))
+    }
+
+    /// `n` bytes, uninitialized (scratch chunks: every piece is written before it is read).
+    pub fn alloc_raw(&self, n: usize) -> Result<CudaSlice<u8>, CudaError> {
+        // SAFETY: u8 has no invalid bit patterns; the contents are written by kernels
+        // before being read (exec.rs Scratch).
+        unsafe { self.stream.alloc::<u8>(n.max(1)) }.map_err(drv)
+    }
+
+    /// Host → device into an existing buffer (stream-ordered; from pageable memory the
+    /// driver may wait for the stream: only off the per-step path).
+    pub fn htod<T: DeviceRepr>(&self, dst: Buf, src: &[T]) -> Result<(), CudaError> {
+        let n = std::mem::size_of_val(src);
+        if n == 0 {
+            return Ok(());
+        }
+        if n > dst.bytes {
+            return Err(CudaError::Driver(format!(
+                "upload of {n} bytes into {} bytes",
+                dst.bytes
+            )));
+        }
+        // SAFETY: `dst` is a live allocation of at least `n` bytes (checked above).
+        unsafe { result::memcpy_htod_async(dst.ptr, src, self.stream.cu_stream()) }.map_err(drv)
+    }
+
+    /// Device → host, then the stream is synchronized (the data is in `dst` on return).
+    pub fn dtoh<T: DeviceRepr>(&self, dst: &mut [T], src: Buf) -> Result<(), CudaError> {
+        let n = std::mem::size_of_val(dst);
+        if n == 0 {
+            return Ok(());
+        }
+        if n > src.bytes {
+            return Err(CudaError::Driver(format!(
+                "download of {n} bytes from {} bytes",
+                src.bytes
+            )));
+        }
+        // SAFETY: `src` is a live allocation of at least `n` bytes (checked above); `dst`
+        // stays borrowed until the synchronize below has returned.
+        unsafe { result::memcpy_dtoh_async(dst, src.ptr, self.stream.cu_stream()) }.map_err(drv)?;
+        self.stream.synchronize().map_err(drv)
     }
 
     /// A weight for matmul / get_rows, uploaded once: raw blocks when the format has
@@ -150,11 +204,7 @@ impl Device {
             Residency::Native => {
                 let rb = w.row_bytes();
                 let n = rb * w.shape.rows();
-                DevWeight {
-                    buf: self.upload(&w.bytes[..n])?,
-                    ty: w.ty,
-                    row_bytes: rb,
-                }
+                DevWeight::new(self.upload(&w.bytes[..n])?, w.ty, rb)
             }
             Residency::F16Fallback => {
                 let f = w
@@ -164,11 +214,7 @@ impl Device {
                     .iter()
                     .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
                     .collect();
-                DevWeight {
-                    buf: self.upload(&bytes)?,
-                    ty: GgmlType::F16,
-                    row_bytes: 2 * w.shape.0[0],
-                }
+                DevWeight::new(self.upload(&bytes)?, GgmlType::F16, 2 * w.shape.0[0])
             }
             Residency::No(why) => return Err(CudaError::Unsupported(format!("{}: {why}", w.name))),
         };
@@ -191,11 +237,11 @@ impl Device {
             .try_to_f32()
             .map_err(|e| CudaError::Unsupported(format!("{}: {e}", w.name)))?;
         let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let dw = Arc::new(DevWeight {
-            buf: self.upload(&bytes)?,
-            ty: GgmlType::F32,
-            row_bytes: 4 * w.shape.0[0],
-        });
+        let dw = Arc::new(DevWeight::new(
+            self.upload(&bytes)?,
+            GgmlType::F32,
+            4 * w.shape.0[0],
+        ));
         self.weights.lock().map_err(poison)?.insert(key, dw.clone());
         Ok(dw)
     }
@@ -206,6 +252,28 @@ impl Device {
             .lock()
             .map(|m| m.values().map(|w| w.buf.len()).sum())
             .unwrap_or(0)
+    }
+}
+
+impl DevWeight {
+    fn new(buf: CudaSlice<u8>, ty: GgmlType, row_bytes: usize) -> DevWeight {
+        let ptr = ptr_of(&buf);
+        DevWeight {
+            buf,
+            ptr,
+            ty,
+            row_bytes,
+        }
+    }
+}
+
+/// The address range of a device buffer.
+pub fn ptr_of<T>(s: &CudaSlice<T>) -> Buf {
+    // Event tracking is off (Device::new), so the guard cudarc returns does nothing.
+    let (ptr, _guard) = s.device_ptr(s.stream());
+    Buf {
+        ptr,
+        bytes: s.num_bytes(),
     }
 }
 

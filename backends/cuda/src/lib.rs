@@ -13,34 +13,49 @@
 //! `pn_ops::quant::quantize_row` does, block dots are exact integer sums, reductions
 //! use f64 where the reference does. Results track the CPU within float reordering.
 //!
-//! Today's `Backend` trait hands host tensors in and out of every op, so each op
-//! uploads its activation inputs and downloads its output, and stateful ops upload and
-//! download their layer state (docs/cuda.md lists these copies and the trait change
-//! that removes them). Every op runs on the device: attention over every KV-cache
-//! format (f32 / f16 / q8_0 / q4_0, shadows, Hadamard rotation, ring), the delta rule
-//! for any head size (recurrent or chunked). There is no CPU fallback.
+//! Two protocols over the same op code (dispatch.rs, written against exec.rs's `Cx`):
+//! - resident (`Backend::resident() == true`, what the runner uses on a `cuda:N` die):
+//!   activations live in one device buffer per runner slot, layer states (KV cache of
+//!   every format, conv window, ssm state) on the device by `StateKey`, every op reads and
+//!   writes device memory; a decode step uploads token ids and positions and downloads
+//!   the logits, nothing else (resident.rs). Stable segments (decode) are captured as CUDA
+//!   graphs and replayed while their work is the same (segment.rs, capture.rs);
+//! - host (`Backend::execute`): inputs uploaded to temporaries, the output downloaded, a
+//!   stateful op's state copied to the device and back around the call (host.rs).
 //!
-//! For the device-resident engine path: CUDA graphs (capture / replay / re-capture on a
-//! geometry change) and events (record / query / wait), `stream.rs` over the host-side
-//! bookkeeping of `graphs.rs`.
+//! Every op runs on the device: attention over every KV-cache format (f32 / f16 / q8_0 /
+//! q4_0, shadows, Hadamard rotation, ring), the delta rule for any head size (recurrent
+//! or chunked). There is no CPU fallback. Events (record / query / wait) and the graph
+//! primitives are in stream.rs over the host-side bookkeeping of graphs.rs.
 
+mod capture;
 mod device;
+mod devstate;
+mod dispatch;
+mod exec;
 pub mod formats;
 pub mod graphs;
+mod host;
 pub mod kernels;
+mod opnd;
 mod ops_attn;
 mod ops_delta;
 mod ops_linear;
 mod ops_misc;
 mod ops_state;
+mod resident;
+mod segment;
 mod stream;
+mod tables;
 
+pub use capture::ResidentStats;
 pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;
-use pn_engine::{Backend, Node, Support};
+use pn_engine::{Backend, Node, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
 use pn_ops::reference::common::validate;
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
+use std::any::Any;
 use std::sync::Mutex;
 use thiserror::Error;
 
@@ -76,6 +91,12 @@ pub struct CudaBackend {
     graphs: Mutex<graphs::GraphTable<stream::SendGraph>>,
     /// Recorded events (stream.rs).
     events: Mutex<graphs::EventTable<cudarc::driver::CudaEvent>>,
+    /// Slots, layer states, scratch, the open segment (resident.rs); taken after `lock`.
+    res: Mutex<resident::ResState>,
+    /// Capture stable segments as CUDA graphs (`PN_CUDA_GRAPHS=0`: never).
+    graphs_on: bool,
+    /// `PN_DEBUG` level (1: a line per resident segment).
+    debug: u8,
 }
 
 impl CudaBackend {
@@ -84,13 +105,23 @@ impl CudaBackend {
     pub fn new(device_index: usize) -> Result<CudaBackend, CudaError> {
         let dev = Device::new(device_index)?;
         let label = format!("cuda:{device_index}");
+        let graphs_on = std::env::var("PN_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0");
         Ok(CudaBackend {
             dev,
             label,
             lock: Mutex::new(()),
             graphs: Mutex::new(Default::default()),
             events: Mutex::new(Default::default()),
+            res: Mutex::new(Default::default()),
+            graphs_on,
+            debug: pn_engine::planner::debug::level_from_env(),
         })
+    }
+
+    /// Turn CUDA graph capture of stable resident segments on or off (default on;
+    /// `PN_CUDA_GRAPHS=0` starts with it off). Graphs held stay until replaced.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.graphs_on = on;
     }
 
     /// Device name and architecture, e.g. "NVIDIA H200 (sm_90)".
@@ -117,10 +148,15 @@ impl CudaBackend {
             .map_err(|_| CudaError::Driver("lock poisoned".into()))?;
         self.dev.ctx.bind_to_thread().map_err(device::drv)?;
         let rows = x.len().checked_div(k).unwrap_or(0);
-        let xd = self.dev.upload(x)?;
-        match ops_linear::quantize(&self.dev, &xd, rows, k, wty)? {
-            (ops_linear::Act::F32, _) => Ok(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
-            (ops_linear::Act::Q(q), rb) => self.dev.download(&q, rows * rb),
+        let mut cx = exec::Cx::host(&self.dev);
+        let xd = cx.upload(x)?;
+        match ops_linear::quantize(&mut cx, xd, rows, k, wty)? {
+            (None, _) => Ok(x.iter().flat_map(|v| v.to_le_bytes()).collect()),
+            (Some(q), rb) => {
+                let mut out = vec![0u8; rows * rb];
+                self.dev.dtoh(&mut out, q)?;
+                Ok(out)
+            }
         }
     }
 
@@ -152,87 +188,12 @@ impl CudaBackend {
                 op: op.kind(),
                 msg: format!("cuda: {e:?}"),
             })?;
-        self.dispatch(op, ins, out, state)
-    }
-
-    fn dispatch(
-        &self,
-        op: &Op,
-        ins: &[Value<'_>],
-        out: &TensorMeta,
-        state: Option<&mut LayerState>,
-    ) -> Result<Tensor, OpError> {
-        let k = op.kind();
-        let e = |r: Result<Tensor, CudaError>| r.map_err(|e| to_op_error(k, e));
-        let d = &self.dev;
-        match op {
-            Op::Tokens | Op::Positions | Op::Weight { .. } => Err(OpError::Invalid {
-                op: k,
-                msg: "leaves are provided by the runner, not executed".into(),
-            }),
-            Op::GetRows => e(ops_linear::get_rows(d, ins, out)),
-            Op::MatMul => e(ops_linear::matmul(d, ins, out)),
-            Op::MoeExperts { merged_gate_up } => {
-                e(ops_linear::moe_experts(d, ins, out, *merged_gate_up))
-            }
-            Op::RmsNorm { eps } => e(ops_misc::norm(d, ins, out, *eps, true)),
-            Op::L2Norm { eps } => e(ops_misc::norm(d, ins, out, *eps, false)),
-            Op::Softmax => e(ops_misc::softmax(d, ins, out)),
-            Op::Rope {
-                n_rot,
-                mode,
-                freq_base,
-                freq_scale,
-            } => e(ops_misc::rope(
-                d,
-                ins,
-                out,
-                *n_rot,
-                *mode,
-                *freq_base,
-                *freq_scale,
-            )),
-            Op::TopK { k: top } => e(ops_misc::topk(d, ins, out, *top)),
-            Op::MoeWeights { normalize } => e(ops_misc::moe_weights(d, ins, out, *normalize)),
-            Op::Unary(u) => e(ops_misc::unary(d, ins, out, *u)),
-            Op::Binary(b) => e(ops_misc::binary(d, ins, out, *b)),
-            Op::SliceCols { group, offset, len } => {
-                e(ops_misc::slice_cols(d, ins, out, *group, *offset, *len))
-            }
-            Op::SliceRows { start, len: _ } => e(ops_misc::slice_rows(d, ins, out, *start)),
-            // Same data, new shape: no device work.
-            Op::Reshape(_) => pn_ops::reference::elementwise::reshape(ins, out),
-            Op::Attention {
-                n_head,
-                n_head_kv,
-                head_dim,
-                scale,
-                state: _,
-            } => {
-                let g = ops_attn::AttnGeom {
-                    n_head: *n_head,
-                    n_head_kv: *n_head_kv,
-                    d: *head_dim,
-                    scale: *scale,
-                };
-                ops_attn::attention(d, ins, out, state, g)
-            }
-            Op::Conv1dCausal { d_conv, state: _ } => ops_state::conv1d(d, ins, out, state, *d_conv),
-            Op::DeltaRule { state: _ } => ops_delta::delta_rule(d, ins, out, state),
+        // a resident segment's deferred commands go first (stream order)
+        if let Ok(mut r) = self.res.lock() {
+            r.flush(&self.dev)
+                .map_err(|e| dispatch::to_op_error(op.kind(), e))?;
         }
-    }
-}
-
-fn to_op_error(op: &'static str, e: CudaError) -> OpError {
-    match e {
-        CudaError::Unsupported(ty) => OpError::Invalid {
-            op,
-            msg: format!("unsupported on cuda: {ty}"),
-        },
-        e => OpError::Invalid {
-            op,
-            msg: format!("cuda: {e}"),
-        },
+        host::execute(&self.dev, op, ins, out, state)
     }
 }
 
@@ -259,6 +220,91 @@ impl Backend for CudaBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         self.run(op, inputs, out, state)
+    }
+
+    // ---- the resident protocol (resident.rs, segment.rs) ----
+
+    fn resident(&self) -> bool {
+        true
+    }
+    fn as_any(&self) -> Option<&dyn Any> {
+        Some(self)
+    }
+    fn reserve_slots(&self, specs: &[SlotSpec]) -> Result<(), OpError> {
+        self.reserve(specs)
+    }
+    fn release_slots(&self, arena: u64) {
+        self.release(arena)
+    }
+    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
+        self.upload_slot(slot, t)
+    }
+    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
+        self.download_slot(slot, meta, out)
+    }
+    fn copy_from(
+        &self,
+        src: &dyn Backend,
+        from: SlotId,
+        to: SlotId,
+        meta: &TensorMeta,
+    ) -> Result<bool, OpError> {
+        self.copy_slot(src, from, to, meta)
+    }
+    fn execute_resident(
+        &self,
+        op: &Op,
+        inputs: &[ResidentInput<'_>],
+        meta: &TensorMeta,
+        state: Option<StateKey>,
+        out: SlotId,
+    ) -> Result<(), OpError> {
+        self.exec_resident(op, inputs, meta, state.as_slice(), None, out)
+    }
+    fn execute_multi_resident(
+        &self,
+        op: &Op,
+        inputs: &[ResidentInput<'_>],
+        meta: &TensorMeta,
+        states: &[StateKey],
+        lens: &[usize],
+        out: SlotId,
+    ) -> Result<(), OpError> {
+        self.exec_resident(op, inputs, meta, states, Some(lens), out)
+    }
+    fn state_upload(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
+        self.state_up(key, st)
+    }
+    fn state_download(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
+        self.state_down(key, st)
+    }
+    fn state_copy(&self, from: StateKey, to: StateKey) -> Result<bool, OpError> {
+        self.state_fork(from, to)
+    }
+    fn state_release(&self, key: StateKey) {
+        self.state_drop(key)
+    }
+    fn begin_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
+        self.seg_begin(seg)
+    }
+    fn end_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
+        self.seg_end(seg)
+    }
+}
+
+impl Drop for CudaBackend {
+    /// Deferred commands launched, graphs and resident buffers dropped, then the stream
+    /// drained, before the device (context, modules) goes.
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.res.lock() {
+            let _ = self.dev.ctx.bind_to_thread();
+            let _ = r.flush(&self.dev);
+            *r = Default::default();
+        }
+        if let Ok(mut g) = self.graphs.lock() {
+            g.clear();
+        }
+        let _ = self.dev.stream.synchronize();
     }
 }
 

@@ -2,15 +2,16 @@
 //! kernels/delta_chunk.cu, the chunked form), picked by token count like the CPU's
 //! `PN_DELTA_CHUNKED_FROM`: from [`CHUNKED_FROM`] tokens (`PN_CUDA_DELTA_CHUNKED_FROM`
 //! overrides it) the chunked form, below it the recurrence. Both tile Dv over blocks
-//! (rows of S are independent), so any Dv runs on the device. The ssm state is uploaded
-//! and downloaded per call (host state is the source of truth, docs/cuda.md).
+//! (rows of S are independent), so any Dv runs on the device. The ssm state is the
+//! layer state's device copy (devstate.rs), updated in place.
 
-use crate::device::{go, Device};
-use crate::ops_linear::up_f32;
+use crate::devstate::RecBufs;
+use crate::exec::{Buf, Cx};
+use crate::opnd::Opnd;
 use crate::ops_state::cuda;
 use crate::CudaError;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use pn_ops::{LayerState, OpError, Tensor, TensorMeta, Value};
+use cudarc::driver::LaunchConfig;
+use pn_ops::{OpError, TensorMeta};
 
 /// Tokens from which the chunked form runs. On the device the recurrence is one
 /// sequential step per token (a block per head walks all T), while the chunked form does
@@ -50,29 +51,21 @@ struct Geom {
     scale: f32,
 }
 
-/// Gated delta rule: state uploaded, updated on the device, downloaded.
+/// Gated delta rule over the state's device copy (updated in place).
 pub fn delta_rule(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
-    state: Option<&mut LayerState>,
-) -> Result<Tensor, OpError> {
+    st: &RecBufs,
+) -> Result<(), OpError> {
     const OP: &str = "DeltaRule";
-    let [dk, hk, _, _] = match &ins[0] {
-        Value::Act(a) => a.shape.0,
-        Value::Weight(_) => {
-            return Err(OpError::Invalid {
-                op: OP,
-                msg: "expected an activation".into(),
-            })
-        }
-    };
+    let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
     let [dv, hv, t, _] = out.shape.0;
-    let st = pn_ops::reference::common::recurrent_state(OP, state)?;
     if st.n_v_heads != hv
         || st.head_k_dim != dk
         || st.head_v_dim != dv
-        || st.ssm.len() != hv * dv * dk
+        || st.ssm.bytes < 4 * hv * dv * dk
     {
         return Err(OpError::Invalid {
             op: OP,
@@ -83,7 +76,7 @@ pub fn delta_rule(
         });
     }
     if dk * dv * hv == 0 || t == 0 {
-        return Ok(Tensor::zeros(out.shape));
+        return Ok(());
     }
     let g = Geom {
         dk,
@@ -93,23 +86,18 @@ pub fn delta_rule(
         t,
         scale: 1.0f32 / (dk as f32).sqrt(),
     };
-    let run = || -> Result<(Vec<f32>, Vec<f32>), CudaError> {
-        let mut s = d.upload(&st.ssm)?;
-        let ups: Vec<_> = ins[..5]
-            .iter()
-            .map(|v| up_f32(d, v))
-            .collect::<Result<_, _>>()?;
-        let mut y = d.alloc::<f32>(dv * hv * t)?;
-        if t >= chunked_from() {
-            chunked(d, g, &mut s, &ups, &mut y)?;
-        } else {
-            recurrent(d, g, &mut s, &ups, &mut y)?;
+    let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
+        let mut ups = [Buf::NULL; 5];
+        for (u, o) in ups.iter_mut().zip(&ins[..5]) {
+            *u = o.f32()?;
         }
-        Ok((d.download(&y, dv * hv * t)?, d.download(&s, hv * dv * dk)?))
+        if t >= chunked_from() {
+            chunked(cx, g, st.ssm, &ups, y)
+        } else {
+            recurrent(cx, g, st.ssm, &ups, y)
+        }
     };
-    let (y, s) = run().map_err(cuda(OP))?;
-    st.ssm.copy_from_slice(&s);
-    Ok(Tensor::f32(out.shape, y))
+    run(cx).map_err(cuda(OP))
 }
 
 fn i(x: usize) -> i32 {
@@ -117,95 +105,81 @@ fn i(x: usize) -> i32 {
 }
 
 /// `ups`: q, k, v, g, β on the device.
-fn recurrent(
-    d: &Device,
-    g: Geom,
-    s: &mut CudaSlice<f32>,
-    ups: &[CudaSlice<f32>],
-    y: &mut CudaSlice<f32>,
-) -> Result<(), CudaError> {
+fn recurrent(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let threads = g.dv.div_ceil(32).min(REC_THREADS / 32) * 32;
     let use_sh = 2 * g.dk * 4 <= SHARED_MAX;
-    let mut b = d.launch("delta_rule")?;
-    b.arg(s)
-        .arg(&ups[0])
-        .arg(&ups[1])
-        .arg(&ups[2])
-        .arg(&ups[3])
-        .arg(&ups[4])
-        .arg(y);
-    let (dki, hki, dvi, hvi, ti, shi) = (i(g.dk), i(g.hk), i(g.dv), i(g.hv), i(g.t), use_sh as i32);
-    b.arg(&dki)
-        .arg(&hki)
-        .arg(&dvi)
-        .arg(&hvi)
-        .arg(&ti)
-        .arg(&g.scale)
-        .arg(&shi);
+    let mut b = cx.d.k("delta_rule")?.p(s);
+    for u in ups {
+        b = b.p(*u);
+    }
+    let b = b
+        .p(y)
+        .i(i(g.dk))
+        .i(i(g.hk))
+        .i(i(g.dv))
+        .i(i(g.hv))
+        .i(i(g.t))
+        .f(g.scale)
+        .i(use_sh as i32);
     let cfg = LaunchConfig {
         grid_dim: (g.hv as u32, g.dv.div_ceil(threads) as u32, 1),
         block_dim: (threads as u32, 1, 1),
         shared_mem_bytes: if use_sh { (2 * g.dk * 4) as u32 } else { 0 },
     };
-    go(b, cfg)
+    cx.go(b.cfg(cfg))
 }
 
 /// Chunks in groups that fit [`SCRATCH_MAX`]: `delta_chunk_prep` for every chunk of the
 /// group at once, then `delta_chunk_apply` through them in order.
-fn chunked(
-    d: &Device,
-    g: Geom,
-    s: &mut CudaSlice<f32>,
-    ups: &[CudaSlice<f32>],
-    y: &mut CudaSlice<f32>,
-) -> Result<(), CudaError> {
+fn chunked(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let n_chunks = g.t.div_ceil(DC);
     let stride = 2 * DC * DC + DC * g.dk + DC;
     let group = (SCRATCH_MAX / (g.hv * stride)).clamp(1, n_chunks.min(65535));
-    let mut scr = d.alloc::<f32>(g.hv * group * stride)?;
-    let (dki, hki, dvi, hvi, ti) = (i(g.dk), i(g.hk), i(g.dv), i(g.hv), i(g.t));
+    let scr = cx.tmp4(g.hv * group * stride)?;
+    let d = cx.d;
     for c0 in (0..n_chunks).step_by(group) {
         let n = group.min(n_chunks - c0);
-        let (c0i, ni) = (i(c0), i(n));
-        let mut p = d.launch("delta_chunk_prep")?;
-        p.arg(&ups[0])
-            .arg(&ups[1])
-            .arg(&ups[3])
-            .arg(&ups[4])
-            .arg(&mut scr);
-        p.arg(&dki)
-            .arg(&hki)
-            .arg(&hvi)
-            .arg(&ti)
-            .arg(&c0i)
-            .arg(&g.scale);
-        let cfg = LaunchConfig {
+        let p = d
+            .k("delta_chunk_prep")?
+            .p(ups[0])
+            .p(ups[1])
+            .p(ups[3])
+            .p(ups[4])
+            .p(scr);
+        let p = p
+            .i(i(g.dk))
+            .i(i(g.hk))
+            .i(i(g.hv))
+            .i(i(g.t))
+            .i(i(c0))
+            .f(g.scale);
+        cx.go(p.cfg(LaunchConfig {
             grid_dim: (g.hv as u32, n as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: ((2 * DC * DC + 2 * DC) * 4) as u32,
-        };
-        go(p, cfg)?;
-        let mut a = d.launch("delta_chunk_apply")?;
-        a.arg(&mut *s)
-            .arg(&ups[0])
-            .arg(&ups[1])
-            .arg(&ups[2])
-            .arg(&scr)
-            .arg(&mut *y);
-        a.arg(&dki)
-            .arg(&hki)
-            .arg(&dvi)
-            .arg(&hvi)
-            .arg(&ti)
-            .arg(&c0i)
-            .arg(&ni)
-            .arg(&g.scale);
-        let cfg = LaunchConfig {
+        }))?;
+        let a = d
+            .k("delta_chunk_apply")?
+            .p(s)
+            .p(ups[0])
+            .p(ups[1])
+            .p(ups[2])
+            .p(scr)
+            .p(y);
+        let a = a
+            .i(i(g.dk))
+            .i(i(g.hk))
+            .i(i(g.dv))
+            .i(i(g.hv))
+            .i(i(g.t))
+            .i(i(c0))
+            .i(i(n))
+            .f(g.scale);
+        cx.go(a.cfg(LaunchConfig {
             grid_dim: (g.hv as u32, g.dv.div_ceil(DTJ) as u32, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
-        };
-        go(a, cfg)?;
+        }))?;
     }
     Ok(())
 }

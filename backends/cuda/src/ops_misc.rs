@@ -1,10 +1,14 @@
-//! Norms, softmax, RoPE, routing, element-wise ops and slices on the device.
+//! Norms, softmax, RoPE, routing, element-wise ops and slices on the device, written
+//! against [`Cx`] (exec.rs) for both protocols. RoPE reads the positions from device
+//! memory (a slot the runner uploads each step), so its launch does not change between
+//! decode steps.
 
-use crate::device::{go, grid1, Device};
-use crate::ops_linear::{act, bad, host_i32, out_f32, up_f32};
+use crate::device::grid1;
+use crate::exec::{Buf, Cx};
+use crate::opnd::{bad, check_ids, f32_any, Opnd};
 use crate::CudaError;
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
-use pn_ops::{BinaryOp, RopeMode, Tensor, TensorMeta, UnaryOp, Value};
+use cudarc::driver::LaunchConfig;
+use pn_ops::{BinaryOp, RopeMode, TensorMeta, UnaryOp};
 
 fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -14,96 +18,70 @@ fn rows_cfg(rows: usize, threads: u32) -> LaunchConfig {
     }
 }
 
-/// An f32 operand that may be an activation or a (small, cached) weight.
-enum Operand {
-    Act(CudaSlice<f32>),
-    Weight(std::sync::Arc<crate::device::DevWeight>),
-}
-
-impl Operand {
-    fn push<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
-        match self {
-            Operand::Act(x) => b.arg(x),
-            Operand::Weight(w) => b.arg(&w.buf),
-        };
-    }
-}
-
-fn f32_any(d: &Device, v: &Value<'_>) -> Result<(Operand, pn_ops::Shape), CudaError> {
-    match v {
-        Value::Act(t) => Ok((Operand::Act(up_f32(d, v)?), t.shape)),
-        Value::Weight(w) => Ok((Operand::Weight(d.weight_f32(w)?), w.shape)),
-    }
-}
-
 /// RmsNorm (`rms`) or L2Norm over each ne0 row.
 pub fn norm(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     eps: f32,
     rms: bool,
-) -> Result<Tensor, CudaError> {
+) -> Result<(), CudaError> {
     let n = out.shape.0[0];
     let rows = out.shape.rows();
     if n == 0 || rows == 0 {
-        return Ok(Tensor::zeros(out.shape));
+        return Ok(());
     }
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<f32>(n * rows)?;
-    let ni = n as i32;
-    if rms {
+    let x = ins[0].f32()?;
+    let d = cx.d;
+    let c = if rms {
         let w = match ins.get(1) {
-            Some(v) => Some(f32_any(d, v)?.0),
-            None => None,
+            Some(o) => f32_any(d, o)?.0,
+            None => Buf::NULL,
         };
-        let null = 0u64;
-        let mut b = d.launch("rms_norm")?;
-        b.arg(&x);
-        match &w {
-            Some(w) => w.push(&mut b),
-            None => {
-                b.arg(&null);
-            }
-        };
-        b.arg(&mut y).arg(&ni).arg(&eps);
-        go(b, rows_cfg(rows, 256))?;
+        d.k("rms_norm")?.p(x).p(w).p(y).i(n as i32).f(eps)
     } else {
-        let mut b = d.launch("l2_norm")?;
-        b.arg(&x).arg(&mut y).arg(&ni).arg(&eps);
-        go(b, rows_cfg(rows, 256))?;
-    }
-    out_f32(d, &y, out)
+        d.k("l2_norm")?.p(x).p(y).i(n as i32).f(eps)
+    };
+    cx.go(c.cfg(rows_cfg(rows, 256)))
 }
 
-pub fn softmax(d: &Device, ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, CudaError> {
+pub fn softmax(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+) -> Result<(), CudaError> {
     let n = out.shape.0[0];
     let rows = out.shape.rows();
     if n == 0 || rows == 0 {
-        return Ok(Tensor::zeros(out.shape));
+        return Ok(());
     }
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<f32>(n * rows)?;
-    let ni = n as i32;
-    let mut b = d.launch("softmax_rows")?;
-    b.arg(&x).arg(&mut y).arg(&ni);
-    go(b, rows_cfg(rows, 256))?;
-    out_f32(d, &y, out)
+    let x = ins[0].f32()?;
+    let c = cx.d.k("softmax_rows")?.p(x).p(y).i(n as i32);
+    cx.go(c.cfg(rows_cfg(rows, 256)))
 }
 
+/// RoPE: x copied into y, rotated in place there (positions read on the device).
+#[allow(clippy::too_many_arguments)]
 pub fn rope(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     n_rot: usize,
     mode: RopeMode,
     freq_base: f32,
     freq_scale: f32,
-) -> Result<Tensor, CudaError> {
-    let pos = host_i32(&ins[1])?;
+) -> Result<(), CudaError> {
+    let (pos, pos_shape) = ins[1].act()?;
+    ins[1].i32()?;
     let [dd, h, t, bb] = out.shape.0;
-    if pos.len() != t {
-        return Err(bad(format!("{} positions for {t} tokens", pos.len())));
+    if pos_shape.numel() != t {
+        return Err(bad(format!(
+            "{} positions for {t} tokens",
+            pos_shape.numel()
+        )));
     }
     let (imrope, s) = match mode {
         RopeMode::Neox => (0i32, [0u32; 4]),
@@ -116,91 +94,97 @@ pub fn rope(
     };
     // the same expression as pn_ops::reference::common::rope_angles
     let theta_scale = freq_base.powf(-2.0f32 / n_rot as f32);
-    let mut x = up_f32(d, &ins[0])?;
-    let dpos = d.upload(pos)?;
+    let x = ins[0].f32()?;
+    let numel = out.shape.numel();
+    cx.go(crate::exec::Cmd::Copy {
+        dst: y.ptr,
+        src: x.ptr,
+        bytes: 4 * numel,
+    })?;
     let n = n_rot / 2 * h * t * bb;
-    if n > 0 {
-        let (di, hi, ti, bi, nr) = (dd as i32, h as i32, t as i32, bb as i32, n_rot as i32);
-        let (s0, s1, s2, s3) = (s[0] as i32, s[1] as i32, s[2] as i32, s[3] as i32);
-        let mut b = d.launch("rope_neox")?;
-        b.arg(&mut x)
-            .arg(&dpos)
-            .arg(&di)
-            .arg(&hi)
-            .arg(&ti)
-            .arg(&bi)
-            .arg(&nr);
-        b.arg(&theta_scale)
-            .arg(&freq_scale)
-            .arg(&imrope)
-            .arg(&s0)
-            .arg(&s1)
-            .arg(&s2)
-            .arg(&s3);
-        go(b, grid1(n, 256))?;
+    if n == 0 {
+        return Ok(());
     }
-    out_f32(d, &x, out)
+    let c =
+        cx.d.k("rope_neox")?
+            .p(y)
+            .p(pos)
+            .i(dd as i32)
+            .i(h as i32)
+            .i(t as i32)
+            .i(bb as i32)
+            .i(n_rot as i32)
+            .f(theta_scale)
+            .f(freq_scale)
+            .i(imrope)
+            .i(s[0] as i32)
+            .i(s[1] as i32)
+            .i(s[2] as i32)
+            .i(s[3] as i32);
+    cx.go(c.cfg(grid1(n, 256)))
 }
 
 pub fn topk(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     k: usize,
-) -> Result<Tensor, CudaError> {
-    let n = act(&ins[0])?.shape.0[0];
+) -> Result<(), CudaError> {
+    let (x, xs) = ins[0].act()?;
+    ins[0].f32()?;
     let rows = out.shape.rows();
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<i32>(k * rows)?;
-    let (ni, ki) = (n as i32, k as i32);
-    let mut b = d.launch("topk_rows")?;
-    b.arg(&x).arg(&mut y).arg(&ni).arg(&ki);
-    go(b, rows_cfg(rows, 256))?;
-    Ok(Tensor::i32(out.shape, d.download(&y, k * rows)?))
+    if k * rows == 0 {
+        return Ok(());
+    }
+    let c = cx.d.k("topk_rows")?.p(x).p(y).i(xs.0[0] as i32).i(k as i32);
+    cx.go(c.cfg(rows_cfg(rows, 256)))
 }
 
 pub fn moe_weights(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     normalize: bool,
-) -> Result<Tensor, CudaError> {
-    let e = act(&ins[0])?.shape.0[0];
-    let ids_h = host_i32(&ins[1])?;
+) -> Result<(), CudaError> {
+    let (p, ps) = ins[0].act()?;
+    ins[0].f32()?;
+    let (ids, is) = ins[1].act()?;
+    ins[1].i32()?;
+    let e = ps.0[0];
     let (k, t) = (out.shape.0[0], out.shape.rows());
-    if act(&ins[0])?.shape.numel() < e * t || ids_h.len() < k * t {
+    if ps.numel() < e * t || is.numel() < k * t {
         return Err(bad(format!("probs / ids too short for {t} tokens")));
     }
-    if let Some(i) = ids_h.iter().find(|&&i| i < 0 || i as usize >= e) {
-        return Err(CudaError::Driver(format!(
-            "expert id {i} out of range ({e} experts)"
-        )));
+    check_ids(ins[1].host(), e, "expert id")?;
+    if k * t == 0 {
+        return Ok(());
     }
-    let p = up_f32(d, &ins[0])?;
-    let ids = d.upload(ids_h)?;
-    let mut y = d.alloc::<f32>(k * t)?;
-    let (ei, ki, ti, ni) = (e as i32, k as i32, t as i32, normalize as i32);
-    let mut b = d.launch("moe_weights")?;
-    b.arg(&p)
-        .arg(&ids)
-        .arg(&mut y)
-        .arg(&ei)
-        .arg(&ki)
-        .arg(&ti)
-        .arg(&ni);
-    go(b, grid1(t, 128))?;
-    out_f32(d, &y, out)
+    let c =
+        cx.d.k("moe_weights")?
+            .p(p)
+            .p(ids)
+            .p(y)
+            .i(e as i32)
+            .i(k as i32)
+            .i(t as i32)
+            .i(normalize as i32);
+    cx.go(c.cfg(grid1(t, 128)))
 }
 
 pub fn unary(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     op: UnaryOp,
-) -> Result<Tensor, CudaError> {
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<f32>(n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let x = ins[0].f32()?;
     let (code, s) = match op {
         UnaryOp::Silu => (0i32, 0.0f32),
         UnaryOp::Sigmoid => (1, 0.0),
@@ -208,76 +192,105 @@ pub fn unary(
         UnaryOp::Exp => (3, 0.0),
         UnaryOp::Scale(s) => (4, s),
     };
-    let ni = n as i64;
-    let mut b = d.launch("unary_f32")?;
-    b.arg(&x).arg(&mut y).arg(&ni).arg(&code).arg(&s);
-    go(b, grid1(n, 256))?;
-    out_f32(d, &y, out)
+    let c = cx.d.k("unary_f32")?.p(x).p(y).l(n as i64).i(code).f(s);
+    cx.go(c.cfg(grid1(n, 256)))
 }
 
 pub fn binary(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     op: BinaryOp,
-) -> Result<Tensor, CudaError> {
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
-    let a = up_f32(d, &ins[0])?;
-    let (bv, bs) = f32_any(d, &ins[1])?;
-    let mut y = d.alloc::<f32>(n)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let a = ins[0].f32()?;
+    let (bv, bs, _keep) = f32_any(cx.d, &ins[1])?;
     let code = match op {
         BinaryOp::Add => 0i32,
         BinaryOp::Mul => 1,
         BinaryOp::SwiGlu => 2,
     };
-    let ad: Vec<i32> = out.shape.0.iter().map(|&v| v as i32).collect();
-    let bd: Vec<i32> = bs.0.iter().map(|&v| v as i32).collect();
-    let mut b = d.launch("binary_f32")?;
-    b.arg(&a);
-    bv.push(&mut b);
-    b.arg(&mut y);
-    b.arg(&ad[0]).arg(&ad[1]).arg(&ad[2]).arg(&ad[3]);
-    b.arg(&bd[0]).arg(&bd[1]).arg(&bd[2]).arg(&bd[3]).arg(&code);
-    go(b, grid1(n, 256))?;
-    out_f32(d, &y, out)
+    let [a0, a1, a2, a3] = out.shape.0.map(|v| v as i32);
+    let [b0, b1, b2, b3] = bs.0.map(|v| v as i32);
+    let c =
+        cx.d.k("binary_f32")?
+            .p(a)
+            .p(bv)
+            .p(y)
+            .i(a0)
+            .i(a1)
+            .i(a2)
+            .i(a3)
+            .i(b0)
+            .i(b1)
+            .i(b2)
+            .i(b3)
+            .i(code);
+    cx.go(c.cfg(grid1(n, 256)))
 }
 
 pub fn slice_cols(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     group: usize,
     offset: usize,
     len: usize,
-) -> Result<Tensor, CudaError> {
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
     if n == 0 {
-        return Ok(Tensor::zeros(out.shape));
+        return Ok(());
     }
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<f32>(n)?;
-    let (ni, gi, oi, li) = (n as i64, group as i32, offset as i32, len as i32);
-    let mut b = d.launch("slice_cols")?;
-    b.arg(&x).arg(&mut y).arg(&ni).arg(&gi).arg(&oi).arg(&li);
-    go(b, grid1(n, 256))?;
-    out_f32(d, &y, out)
+    let x = ins[0].f32()?;
+    let c =
+        cx.d.k("slice_cols")?
+            .p(x)
+            .p(y)
+            .l(n as i64)
+            .i(group as i32)
+            .i(offset as i32)
+            .i(len as i32);
+    cx.go(c.cfg(grid1(n, 256)))
 }
 
 pub fn slice_rows(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
     start: usize,
-) -> Result<Tensor, CudaError> {
+) -> Result<(), CudaError> {
     let n = out.shape.numel();
     if n == 0 {
-        return Ok(Tensor::zeros(out.shape));
+        return Ok(());
     }
-    let x = up_f32(d, &ins[0])?;
-    let mut y = d.alloc::<f32>(n)?;
-    let (s, ni) = ((start * out.shape.0[0]) as i64, n as i64);
-    let mut b = d.launch("copy_f32")?;
-    b.arg(&x).arg(&mut y).arg(&s).arg(&ni);
-    go(b, grid1(n, 256))?;
-    out_f32(d, &y, out)
+    let x = ins[0].f32()?;
+    let c =
+        cx.d.k("copy_f32")?
+            .p(x)
+            .p(y)
+            .l((start * out.shape.0[0]) as i64)
+            .l(n as i64);
+    cx.go(c.cfg(grid1(n, 256)))
+}
+
+/// Same data, new shape: a device copy into the output (the resident path's slots never
+/// alias; the host path does no device work for it).
+pub fn reshape(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+) -> Result<(), CudaError> {
+    let (x, _) = ins[0].act()?;
+    cx.go(crate::exec::Cmd::Copy {
+        dst: y.ptr,
+        src: x.ptr,
+        bytes: 4 * out.shape.numel(),
+    })
 }

@@ -1,14 +1,13 @@
-//! Causal conv with its window state (attention: ops_attn.rs; delta rule: ops_delta.rs).
-//!
-//! The layer state lives in host memory (`pn_ops::LayerState`) under today's Backend
-//! trait, and stays the source of truth: each call uploads the part of the state it
-//! reads, runs on the device, and writes the updated state back (docs/cuda.md).
+//! Causal conv with its window state (attention: ops_attn.rs; delta rule: ops_delta.rs),
+//! over the state's device copy (devstate.rs): the output and the new window are
+//! computed on the device, the window updated in place (through a temporary).
 
-use crate::device::{go, grid1, Device};
-use crate::ops_linear::{up_f32, weight};
+use crate::device::grid1;
+use crate::devstate::RecBufs;
+use crate::exec::{Buf, Cmd, Cx};
+use crate::opnd::Opnd;
 use crate::CudaError;
-use cudarc::driver::PushKernelArg;
-use pn_ops::{LayerState, OpError, Tensor, TensorMeta, Value};
+use pn_ops::{OpError, TensorMeta};
 
 pub(crate) fn cuda(op: &'static str) -> impl Fn(CudaError) -> OpError {
     move |e| OpError::Invalid {
@@ -17,42 +16,65 @@ pub(crate) fn cuda(op: &'static str) -> impl Fn(CudaError) -> OpError {
     }
 }
 
-/// Depthwise causal conv with its window state: state and x uploaded, output and the
-/// new state (the last d_conv−1 window rows) computed on the device and downloaded.
+/// Depthwise causal conv with its window state.
 pub fn conv1d(
-    d: &Device,
-    ins: &[Value<'_>],
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
     out: &TensorMeta,
-    state: Option<&mut LayerState>,
+    st: &RecBufs,
     d_conv: usize,
-) -> Result<Tensor, OpError> {
+) -> Result<(), OpError> {
     const OP: &str = "Conv1dCausal";
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = pn_ops::reference::common::conv_state(OP, state, d_conv, c)?;
-    let ns = d_conv - 1;
-    let run = || -> Result<(Vec<f32>, Vec<f32>), CudaError> {
-        let w = d.weight_f32(&weight(&ins[1])?)?;
-        let s0 = d.upload(&st.conv)?;
-        let x = up_f32(d, &ins[0])?;
-        let mut y = d.alloc::<f32>(c * t)?;
-        let mut s1 = d.alloc::<f32>(ns * c)?;
+    let ns = d_conv.saturating_sub(1);
+    if d_conv == 0 || st.conv_channels != c || st.conv.bytes < 4 * ns * c {
+        return Err(OpError::Invalid {
+            op: OP,
+            msg: format!(
+                "conv state of {} channels × {} does not fit d_conv {d_conv}, {c} channels",
+                st.conv_channels,
+                st.conv.bytes / 4
+            ),
+        });
+    }
+    if c * t == 0 {
+        return Ok(());
+    }
+    let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
+        let d = cx.d;
+        let w = d.weight_f32(&ins[1].weight()?)?;
+        let x = ins[0].f32()?;
         let (ci, ti, di) = (c as i32, t as i32, d_conv as i32);
-        let mut b = d.launch("conv1d_causal")?;
-        b.arg(&s0)
-            .arg(&x)
-            .arg(&w.buf)
-            .arg(&mut y)
-            .arg(&ci)
-            .arg(&ti)
-            .arg(&di);
-        go(b, grid1(c * t, 256))?;
-        let mut b = d.launch("conv_state_update")?;
-        b.arg(&s0).arg(&x).arg(&mut s1).arg(&ci).arg(&ti).arg(&di);
-        go(b, grid1(ns * c, 256))?;
-        Ok((d.download(&y, c * t)?, d.download(&s1, ns * c)?))
+        cx.go(d
+            .k("conv1d_causal")?
+            .p(st.conv)
+            .p(x)
+            .p(w.ptr)
+            .p(y)
+            .i(ci)
+            .i(ti)
+            .i(di)
+            .cfg(grid1(c * t, 256)))?;
+        if ns * c == 0 {
+            return Ok(());
+        }
+        let s1 = cx.tmp4(ns * c)?;
+        cx.go(d
+            .k("conv_state_update")?
+            .p(st.conv)
+            .p(x)
+            .p(s1)
+            .i(ci)
+            .i(ti)
+            .i(di)
+            .cfg(grid1(ns * c, 256)))?;
+        cx.go(Cmd::Copy {
+            dst: st.conv.ptr,
+            src: s1.ptr,
+            bytes: 4 * ns * c,
+        })
     };
-    let (y, s1) = run().map_err(cuda(OP))?;
-    st.conv.copy_from_slice(&s1);
-    Ok(Tensor::f32(out.shape, y))
+    run(cx).map_err(cuda(OP))
 }

@@ -17,6 +17,10 @@ use std::sync::OnceLock;
 #[path = "gpu_parity/state.rs"]
 mod state;
 
+/// The resident protocol through the runner on a `cuda:0` die (device only).
+#[path = "gpu_parity/resident.rs"]
+mod resident;
+
 fn cuda() -> Option<&'static CudaBackend> {
     static B: OnceLock<Result<CudaBackend, String>> = OnceLock::new();
     match B.get_or_init(|| CudaBackend::new(0).map_err(|e| e.to_string())) {

@@ -1,0 +1,417 @@
+//! Layer states on the device, laid out like the host's `pn_ops::LayerState`:
+//! - KV cache: cells `[Hkv][ncells][row bytes]` of k and v in the cache's format (f32
+//!   caches as their LE bytes), the f16 sink / window shadows whole; `ncells` is the
+//!   capacity for a resident state (the host layout exactly), or the cells a batch can
+//!   read for the host protocol's per-call copy (which also has staging rows for the
+//!   cells it writes back);
+//! - recurrent: the conv window `[d_conv-1][C]` and the ssm state `[Hv][Dv][Dk]`, f32.
+//!
+//! The geometry and modes the kernels need (ring, rotation, shadow sizes) stay on the
+//! host in a data-less copy of the `KvCache` ([`DevKv::geo`]): `runs`, `first_visible`
+//! and `check_positions` work on it, and they are all that the host copy's bookkeeping
+//! holds (cell contents are addressed by position; the positions come with each batch).
+
+use crate::device::{ptr_of, Device};
+use crate::exec::Buf;
+use crate::CudaError;
+use cudarc::driver::{CudaSlice, DeviceRepr};
+use pn_ops::state::Shadows;
+use pn_ops::{KvCache, KvType, LayerState, RecurrentState};
+
+/// Device copy of a KV cache (see the module doc).
+pub struct DevKv {
+    /// Geometry and modes; no data (empty vectors).
+    pub geo: KvCache,
+    /// Cells of k, v; shadows k_sink, v_sink, k_win, v_win.
+    pub mem: [CudaSlice<u8>; 6],
+    pub ncells: usize,
+    /// Host protocol: staging rows `[T][Hkv][rb]` of the k / v cells written.
+    pub stage: Option<[CudaSlice<u8>; 2]>,
+}
+
+/// Device copy of a recurrent state.
+pub struct DevRec {
+    pub conv: CudaSlice<u8>,
+    pub ssm: CudaSlice<u8>,
+    pub conv_channels: usize,
+    pub n_v_heads: usize,
+    pub head_k_dim: usize,
+    pub head_v_dim: usize,
+}
+
+pub enum DevState {
+    Kv(Box<DevKv>),
+    Rec(DevRec),
+    None,
+}
+
+/// The buffers an attention launch uses.
+#[derive(Clone, Copy)]
+pub struct KvBufs {
+    pub cells: [Buf; 2],
+    pub sink: [Buf; 2],
+    pub win: [Buf; 2],
+    pub ncells: usize,
+    pub stage: Option<[Buf; 2]>,
+}
+
+/// The buffers a conv / delta-rule launch uses.
+#[derive(Clone, Copy)]
+pub struct RecBufs {
+    pub conv: Buf,
+    pub ssm: Buf,
+    pub conv_channels: usize,
+    pub n_v_heads: usize,
+    pub head_k_dim: usize,
+    pub head_v_dim: usize,
+}
+
+/// A KV cache's geometry without its data.
+pub fn kv_geometry(kv: &KvCache) -> KvCache {
+    let s = &kv.shadow;
+    KvCache {
+        n_head_kv: kv.n_head_kv,
+        head_dim: kv.head_dim,
+        capacity: kv.capacity,
+        ty: kv.ty,
+        k: Vec::new(),
+        v: Vec::new(),
+        kq: Vec::new(),
+        vq: Vec::new(),
+        shadow: Shadows {
+            sink: s.sink,
+            window: s.window,
+            slots: s.slots,
+            ..Shadows::default()
+        },
+        ring: kv.ring,
+        rot_k: kv.rot_k,
+        rot_v: kv.rot_v,
+    }
+}
+
+/// A device buffer holding `host` (zeroed on the device without a copy when `host` is all
+/// zero bits: a fresh state uploads nothing).
+fn put<T: DeviceRepr + Copy>(
+    d: &Device,
+    host: &[T],
+    zero: impl Fn(&T) -> bool,
+) -> Result<CudaSlice<u8>, CudaError> {
+    let buf = d.alloc::<u8>(std::mem::size_of_val(host))?;
+    if !host.iter().all(zero) {
+        d.htod(ptr_of(&buf), host)?;
+    }
+    Ok(buf)
+}
+
+/// Bytes of the cells of heads `0..Hkv`, cells `0..ncells` of each (f32 caches as LE bytes).
+fn cell_bytes(kv: &KvCache, key: bool, ncells: usize) -> Vec<u8> {
+    let rb = kv.ty.row_bytes(kv.head_dim);
+    let mut out = Vec::with_capacity(kv.n_head_kv * ncells * rb);
+    for g in 0..kv.n_head_kv {
+        let c = g * kv.capacity;
+        if kv.ty == KvType::F32 {
+            let src = if key { &kv.k } else { &kv.v };
+            let d = kv.head_dim;
+            for x in &src[c * d..(c + ncells) * d] {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
+        } else {
+            let src = if key { &kv.kq } else { &kv.vq };
+            out.extend_from_slice(&src[c * rb..(c + ncells) * rb]);
+        }
+    }
+    out
+}
+
+/// Whether a device buffer was made for `bytes` host bytes (empty ones hold 1 byte).
+fn holds(buf: &CudaSlice<u8>, bytes: usize) -> bool {
+    buf.len() == bytes.max(1)
+}
+
+fn mismatch(what: &str) -> CudaError {
+    CudaError::Driver(format!(
+        "layer state: {what}: the host copy's shape differs from the device copy"
+    ))
+}
+
+impl DevKv {
+    /// The whole cache (resident path).
+    pub fn upload(d: &Device, kv: &KvCache) -> Result<DevKv, CudaError> {
+        let sh = &kv.shadow;
+        let z16 = |x: &u16| *x == 0;
+        let (kc, vc) = if kv.ty == KvType::F32 {
+            let z = |x: &f32| x.to_bits() == 0;
+            (put(d, &kv.k, z)?, put(d, &kv.v, z)?)
+        } else {
+            let z = |x: &u8| *x == 0;
+            (put(d, &kv.kq, z)?, put(d, &kv.vq, z)?)
+        };
+        Ok(DevKv {
+            geo: kv_geometry(kv),
+            mem: [
+                kc,
+                vc,
+                put(d, &sh.k_sink, z16)?,
+                put(d, &sh.v_sink, z16)?,
+                put(d, &sh.k_win, z16)?,
+                put(d, &sh.v_win, z16)?,
+            ],
+            ncells: kv.capacity,
+            stage: None,
+        })
+    }
+
+    /// The host protocol's per-call copy: cells `0..ncells` of every head, the shadows,
+    /// staging rows for `t` tokens.
+    pub fn host_temp(
+        d: &Device,
+        kv: &KvCache,
+        ncells: usize,
+        t: usize,
+    ) -> Result<DevKv, CudaError> {
+        let sh = &kv.shadow;
+        let rb = kv.ty.row_bytes(kv.head_dim);
+        let stage = [
+            d.alloc::<u8>(t * kv.n_head_kv * rb)?,
+            d.alloc::<u8>(t * kv.n_head_kv * rb)?,
+        ];
+        let z16 = |x: &u16| *x == 0;
+        let up = |b: Vec<u8>| d.upload(&b);
+        Ok(DevKv {
+            geo: kv_geometry(kv),
+            mem: [
+                up(cell_bytes(kv, true, ncells))?,
+                up(cell_bytes(kv, false, ncells))?,
+                put(d, &sh.k_sink, z16)?,
+                put(d, &sh.v_sink, z16)?,
+                put(d, &sh.k_win, z16)?,
+                put(d, &sh.v_win, z16)?,
+            ],
+            ncells,
+            stage: Some(stage),
+        })
+    }
+
+    pub fn bufs(&self) -> KvBufs {
+        let p = |i: usize| ptr_of(&self.mem[i]);
+        KvBufs {
+            cells: [p(0), p(1)],
+            sink: [p(2), p(3)],
+            win: [p(4), p(5)],
+            ncells: self.ncells,
+            stage: self.stage.as_ref().map(|[k, v]| [ptr_of(k), ptr_of(v)]),
+        }
+    }
+
+    /// Host protocol: the cells the batch wrote (staging rows, in token order so a ring's
+    /// later write wins, as on the host) and the shadows back into the host cache.
+    pub fn write_back(&self, d: &Device, kv: &mut KvCache, pos: &[i32]) -> Result<(), CudaError> {
+        let Some([ks, vs]) = &self.stage else {
+            return Err(CudaError::Driver("write_back of a resident KV copy".into()));
+        };
+        let (hkv, rb, dd, t) = (
+            kv.n_head_kv,
+            kv.ty.row_bytes(kv.head_dim),
+            kv.head_dim,
+            pos.len(),
+        );
+        let mut kst = vec![0u8; t * hkv * rb];
+        let mut vst = vec![0u8; t * hkv * rb];
+        d.dtoh(&mut kst, ptr_of(ks))?;
+        d.dtoh(&mut vst, ptr_of(vs))?;
+        for (t, &p) in pos.iter().enumerate() {
+            let p = p as usize;
+            let cell = if kv.ring { p % kv.capacity } else { p };
+            for g in 0..hkv {
+                let s = (t * hkv + g) * rb;
+                let c = g * kv.capacity + cell;
+                if kv.ty == KvType::F32 {
+                    for (i, b) in kst[s..s + rb].chunks_exact(4).enumerate() {
+                        kv.k[c * dd + i] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                    for (i, b) in vst[s..s + rb].chunks_exact(4).enumerate() {
+                        kv.v[c * dd + i] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                } else {
+                    kv.kq[c * rb..(c + 1) * rb].copy_from_slice(&kst[s..s + rb]);
+                    kv.vq[c * rb..(c + 1) * rb].copy_from_slice(&vst[s..s + rb]);
+                }
+            }
+        }
+        self.shadows_into(d, kv)
+    }
+
+    fn shadows_into(&self, d: &Device, kv: &mut KvCache) -> Result<(), CudaError> {
+        let sh = &mut kv.shadow;
+        for (i, dst) in [&mut sh.k_sink, &mut sh.v_sink, &mut sh.k_win, &mut sh.v_win]
+            .into_iter()
+            .enumerate()
+        {
+            d.dtoh(dst, ptr_of(&self.mem[2 + i]))?;
+        }
+        Ok(())
+    }
+
+    /// Resident path: the whole device copy into a host cache of the same shape.
+    pub fn download(&self, d: &Device, kv: &mut KvCache) -> Result<(), CudaError> {
+        let same = kv_geometry(kv) == self.geo
+            && self.ncells == kv.capacity
+            && holds(
+                &self.mem[0],
+                if kv.ty == KvType::F32 {
+                    4 * kv.k.len()
+                } else {
+                    kv.kq.len()
+                },
+            )
+            && holds(&self.mem[2], 2 * kv.shadow.k_sink.len())
+            && holds(&self.mem[4], 2 * kv.shadow.k_win.len());
+        if !same {
+            return Err(mismatch("KV cache"));
+        }
+        if kv.ty == KvType::F32 {
+            d.dtoh(&mut kv.k, ptr_of(&self.mem[0]))?;
+            d.dtoh(&mut kv.v, ptr_of(&self.mem[1]))?;
+        } else {
+            d.dtoh(&mut kv.kq, ptr_of(&self.mem[0]))?;
+            d.dtoh(&mut kv.vq, ptr_of(&self.mem[1]))?;
+        }
+        self.shadows_into(d, kv)
+    }
+}
+
+impl DevRec {
+    pub fn upload(d: &Device, r: &RecurrentState) -> Result<DevRec, CudaError> {
+        let z = |x: &f32| x.to_bits() == 0;
+        Ok(DevRec {
+            conv: put(d, &r.conv, z)?,
+            ssm: put(d, &r.ssm, z)?,
+            conv_channels: r.conv_channels,
+            n_v_heads: r.n_v_heads,
+            head_k_dim: r.head_k_dim,
+            head_v_dim: r.head_v_dim,
+        })
+    }
+    /// Host protocol: a per-call copy of the part one op uses, the conv window (`conv`)
+    /// or the ssm state (the other part left empty).
+    pub fn host_temp(d: &Device, r: &RecurrentState, conv: bool) -> Result<DevRec, CudaError> {
+        let z = |x: &f32| x.to_bits() == 0;
+        let none: &[f32] = &[];
+        Ok(DevRec {
+            conv: put(d, if conv { &r.conv } else { none }, z)?,
+            ssm: put(d, if conv { none } else { &r.ssm }, z)?,
+            conv_channels: r.conv_channels,
+            n_v_heads: r.n_v_heads,
+            head_k_dim: r.head_k_dim,
+            head_v_dim: r.head_v_dim,
+        })
+    }
+    /// Host protocol: the part [`DevRec::host_temp`] uploaded, back into `r`.
+    pub fn write_back(
+        &self,
+        d: &Device,
+        r: &mut RecurrentState,
+        conv: bool,
+    ) -> Result<(), CudaError> {
+        if conv {
+            d.dtoh(&mut r.conv, ptr_of(&self.conv))
+        } else {
+            d.dtoh(&mut r.ssm, ptr_of(&self.ssm))
+        }
+    }
+    pub fn download(&self, d: &Device, r: &mut RecurrentState) -> Result<(), CudaError> {
+        if !holds(&self.conv, 4 * r.conv.len())
+            || !holds(&self.ssm, 4 * r.ssm.len())
+            || (
+                self.conv_channels,
+                self.n_v_heads,
+                self.head_k_dim,
+                self.head_v_dim,
+            ) != (r.conv_channels, r.n_v_heads, r.head_k_dim, r.head_v_dim)
+        {
+            return Err(mismatch("recurrent state"));
+        }
+        d.dtoh(&mut r.conv, ptr_of(&self.conv))?;
+        d.dtoh(&mut r.ssm, ptr_of(&self.ssm))
+    }
+    pub fn bufs(&self) -> RecBufs {
+        RecBufs {
+            conv: ptr_of(&self.conv),
+            ssm: ptr_of(&self.ssm),
+            conv_channels: self.conv_channels,
+            n_v_heads: self.n_v_heads,
+            head_k_dim: self.head_k_dim,
+            head_v_dim: self.head_v_dim,
+        }
+    }
+}
+
+/// A device copy of `src` (a fork), stream-ordered after the work issued so far.
+fn dup(d: &Device, src: &CudaSlice<u8>) -> Result<CudaSlice<u8>, CudaError> {
+    let dst = d.alloc_raw(src.len())?;
+    crate::exec::launch(
+        d,
+        &crate::exec::Cmd::Copy {
+            dst: ptr_of(&dst).ptr,
+            src: ptr_of(src).ptr,
+            bytes: src.len(),
+        },
+    )?;
+    Ok(dst)
+}
+
+impl DevState {
+    /// The resident copy of a host layer state.
+    pub fn upload(d: &Device, st: &LayerState) -> Result<DevState, CudaError> {
+        Ok(match st {
+            LayerState::Kv(kv) => DevState::Kv(Box::new(DevKv::upload(d, kv)?)),
+            LayerState::Recurrent(r) => DevState::Rec(DevRec::upload(d, r)?),
+            LayerState::None => DevState::None,
+        })
+    }
+    /// Copies the device state into the host copy `st` (same kind and shape).
+    pub fn download(&self, d: &Device, st: &mut LayerState) -> Result<(), CudaError> {
+        match (self, st) {
+            (DevState::Kv(k), LayerState::Kv(h)) => k.download(d, h),
+            (DevState::Rec(r), LayerState::Recurrent(h)) => r.download(d, h),
+            (DevState::None, LayerState::None) => Ok(()),
+            _ => Err(mismatch("kind")),
+        }
+    }
+    /// A copy on the device (`SeqState::clone`).
+    pub fn fork(&self, d: &Device) -> Result<DevState, CudaError> {
+        Ok(match self {
+            DevState::Kv(k) => {
+                let m = &k.mem;
+                DevState::Kv(Box::new(DevKv {
+                    geo: k.geo.clone(),
+                    mem: [
+                        dup(d, &m[0])?,
+                        dup(d, &m[1])?,
+                        dup(d, &m[2])?,
+                        dup(d, &m[3])?,
+                        dup(d, &m[4])?,
+                        dup(d, &m[5])?,
+                    ],
+                    ncells: k.ncells,
+                    stage: None,
+                }))
+            }
+            DevState::Rec(r) => DevState::Rec(DevRec {
+                conv: dup(d, &r.conv)?,
+                ssm: dup(d, &r.ssm)?,
+                ..*r
+            }),
+            DevState::None => DevState::None,
+        })
+    }
+    /// Device bytes held.
+    pub fn bytes(&self) -> usize {
+        match self {
+            DevState::Kv(k) => k.mem.iter().map(|m| m.len()).sum(),
+            DevState::Rec(r) => r.conv.len() + r.ssm.len(),
+            DevState::None => 0,
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! Resident segments and CUDA graphs: `begin_segment` / `end_segment` (capture.rs decides,
+//! this file does it on the device).
+//!
+//! A stable segment's ops defer their commands (exec.rs); at the end the commands are
+//! replayed from the segment's graph, captured into a new graph and replayed, or launched
+//! directly (capture.rs). Other segments (prefill, several sequences) launch as they go.
+//! Capture records the deferred commands on the backend's stream in thread-local capture
+//! mode: nothing else (no allocation, no host copy, no synchronization) happens inside it.
+
+use crate::capture::{Decision, OpenSeg};
+use crate::device::drv;
+use crate::exec::{fingerprint, launch, Cmd};
+use crate::graphs::GraphKey;
+use crate::resident::ResState;
+use crate::stream::SendGraph;
+use crate::{CudaBackend, CudaError};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use pn_engine::SegmentRun;
+use pn_ops::OpError;
+
+fn seg_err(what: &'static str, msg: String) -> OpError {
+    OpError::Invalid { op: what, msg }
+}
+
+/// How a segment ran (for `PN_DEBUG=1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ran {
+    /// Launched as the ops came (not stable, or graphs off).
+    Direct,
+    Replayed,
+    Captured,
+    /// Stable, but run directly: first run / new work / failed capture / flushed / op error.
+    Eager(&'static str),
+}
+
+impl CudaBackend {
+    pub(crate) fn seg_begin(&self, run: &SegmentRun) -> Result<(), OpError> {
+        const OP: &str = "begin_segment";
+        let (_g, mut r) = self.res(OP)?;
+        if let Some(o) = &r.seg {
+            return Err(seg_err(
+                OP,
+                format!(
+                    "segment {} begins while segment {} is open",
+                    run.segment, o.run.segment
+                ),
+            ));
+        }
+        // no deferred command names older scratch chunks now
+        r.scratch.trim();
+        r.seg = Some(OpenSeg::new(*run, self.graphs_on));
+        r.stats.segments += 1;
+        Ok(())
+    }
+
+    pub(crate) fn seg_end(&self, run: &SegmentRun) -> Result<(), OpError> {
+        const OP: &str = "end_segment";
+        let (_g, mut r) = self.res(OP)?;
+        let Some(s) = r.seg.take() else {
+            return Err(seg_err(
+                OP,
+                format!("segment {} ends, none is open", run.segment),
+            ));
+        };
+        let ran = self
+            .finish(&mut r, &s)
+            .map_err(|e| crate::dispatch::to_op_error(OP, e));
+        if self.debug >= 1 {
+            let g = self.graphs.lock().map(|t| t.stats()).unwrap_or_default();
+            eprintln!(
+                "[pn] {} seg {} ({} tokens): {} commands, {}; graphs: {} captured ({} re-captures), {} replays, {} aborted",
+                self.label,
+                s.run.segment,
+                s.run.n_tokens,
+                s.issued,
+                match ran {
+                    Ok(Ran::Direct) => "launched directly".to_string(),
+                    Ok(Ran::Replayed) => "graph replayed".to_string(),
+                    Ok(Ran::Captured) => "graph captured".to_string(),
+                    Ok(Ran::Eager(why)) => format!("launched directly ({why})"),
+                    Err(ref e) => format!("error: {e}"),
+                },
+                g.captures,
+                g.recaptures,
+                g.replays,
+                g.aborts
+            );
+        }
+        ran?;
+        if s.run != *run {
+            return Err(seg_err(
+                OP,
+                format!("segment {} ends, open: {:?}", run.segment, s.run),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs a closed segment's deferred commands (see the module doc).
+    fn finish(&self, r: &mut ResState, s: &OpenSeg) -> Result<Ran, CudaError> {
+        let d = &self.dev;
+        let direct = |why| -> Result<Ran, CudaError> {
+            s.pending.iter().try_for_each(|c| launch(d, c))?;
+            Ok(Ran::Eager(why))
+        };
+        if !s.defer && !s.flushed {
+            return Ok(Ran::Direct);
+        }
+        if !s.capturable() {
+            let why = if s.failed {
+                "an op failed"
+            } else if s.flushed {
+                "the stream was needed mid-segment"
+            } else {
+                "no commands"
+            };
+            r.stats.segments_eager += 1;
+            return direct(why);
+        }
+        let fp = fingerprint(&s.pending);
+        let has = self
+            .graphs
+            .lock()
+            .map(|t| t.has(s.key, &fp))
+            .unwrap_or(false);
+        match r.policy.decide(s.key, s.run.arena, &fp, has) {
+            Decision::Replay => {
+                let mut t = self
+                    .graphs
+                    .lock()
+                    .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+                if t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
+                    r.stats.segments_replayed += 1;
+                    return Ok(Ran::Replayed);
+                }
+                drop(t);
+                r.stats.segments_eager += 1;
+                direct("graph gone")
+            }
+            Decision::Eager => {
+                r.stats.segments_eager += 1;
+                direct("first run of this work")
+            }
+            Decision::Capture => match self.capture_cmds(s.key, &fp, &s.pending) {
+                Ok(()) => {
+                    let mut t = self
+                        .graphs
+                        .lock()
+                        .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+                    if !t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
+                        return Err(CudaError::Graph(format!(
+                            "graph {} missing right after its capture",
+                            s.key
+                        )));
+                    }
+                    r.stats.segments_captured += 1;
+                    Ok(Ran::Captured)
+                }
+                Err(e) => {
+                    if self.debug >= 1 {
+                        eprintln!("[pn] {}: capture of segment {} failed ({e}); it runs without a graph from now on", self.label, s.run.segment);
+                    }
+                    r.policy.capture_failed(s.key);
+                    r.stats.segments_eager += 1;
+                    direct("capture failed")
+                }
+            },
+        }
+    }
+
+    /// Captures `cmds` on the stream into graph `key` for `fp` (not run: replay it).
+    fn capture_cmds(&self, key: GraphKey, fp: &[u64], cmds: &[Cmd]) -> Result<(), CudaError> {
+        let d = &self.dev;
+        let mut t = self
+            .graphs
+            .lock()
+            .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
+        t.begin(key, fp)?;
+        let none = CUgraphInstantiate_flags(0);
+        if let Err(e) = d
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        {
+            t.abort();
+            return Err(drv(e));
+        }
+        if let Err(e) = cmds.iter().try_for_each(|c| launch(d, c)) {
+            let _ = d.stream.end_capture(none);
+            t.abort();
+            return Err(e);
+        }
+        match d.stream.end_capture(none) {
+            Ok(Some(g)) => match g.upload() {
+                Ok(()) => t.end(key, SendGraph(g)),
+                Err(e) => {
+                    t.abort();
+                    Err(drv(e))
+                }
+            },
+            Ok(None) => {
+                t.abort();
+                Err(CudaError::Graph(format!(
+                    "capture of graph {key} recorded no work"
+                )))
+            }
+            Err(e) => {
+                t.abort();
+                Err(drv(e))
+            }
+        }
+    }
+}
