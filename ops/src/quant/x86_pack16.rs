@@ -104,49 +104,45 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Pa
             }
         }
     }
-    if !SIX {
-        // SAFETY: as above.
-        unsafe { q4k_scales16(w.add(i * bb), ws, pk) };
-        return;
-    }
-    // scales, corrections and d / dmin per row, as `x86_pack::pack`
-    let mut sc = [[0i32; 16]; 16];
-    let mut corr = [[0i32; 16]; 8];
-    let (mut d, mut dm) = ([0f32; 16], [0f32; 16]);
-    for r in 0..16 {
-        // SAFETY (this block): xr is a whole block (scales @192 / @4, d @208 / @0).
-        unsafe {
-            let xr = w.add(r * ws + i * bb);
-            if SIX {
-                for g in 0..16 {
-                    sc[g][r] = *xr.add(192 + g) as i8 as i32;
-                }
-                for p in 0..8 {
-                    let (a, b) = (sc[2 * p][r] as i16 as u16 as u32, sc[2 * p + 1][r] as i16 as u16 as u32);
-                    corr[p][r] = (a | (b << 16)) as i32;
-                }
-                d[r] = f16(xr.add(208));
-            } else {
-                let (s8, m8) = super::x86_tile::scales_mins_k4(xr.add(4));
-                for s in 0..8 {
-                    sc[s][r] = s8[s] as i32;
-                    corr[s][r] = (m8[s] as u32 | ((m8[s] as u32) << 16)) as i32;
-                }
-                d[r] = f16(xr);
-                dm[r] = f16(xr.add(2));
-            }
-        }
-    }
-    // SAFETY: 16 i32 / f32 each.
+    // SAFETY: as above.
     unsafe {
-        for s in 0..16 {
-            pk.sc[s] = _mm512_loadu_si512(sc[s].as_ptr() as *const __m512i);
+        if SIX {
+            q6k_scales16(w.add(i * bb), ws, pk)
+        } else {
+            q4k_scales16(w.add(i * bb), ws, pk)
         }
-        for p in 0..8 {
-            pk.corr[p] = _mm512_loadu_si512(corr[p].as_ptr() as *const __m512i);
+    }
+}
+
+/// The 16 bytes at `x + r·ws` of the 16 rows as 4 vectors: lane r of `h[k]` = dword k
+/// (bytes 4k..4k+4) of row r.
+#[inline(always)]
+unsafe fn dwords16(x: *const u8, ws: usize) -> [__m512i; 4] {
+    // SAFETY (whole body): 16 readable bytes at each `x + r·ws`; AVX-512 enabled in every
+    // caller. (Macros, not closures: a closure would not inherit the target features.)
+    unsafe {
+        macro_rules! row {
+            ($r:expr) => {
+                _mm_loadu_si128(x.add($r * ws) as *const __m128i)
+            };
         }
-        pk.d = _mm512_loadu_ps(d.as_ptr());
-        pk.dm = _mm512_loadu_ps(dm.as_ptr());
+        // z[m] holds rows m, m+4, m+8, m+12 (one per 128-bit lane), so that a 4×4 dword
+        // transpose per lane leaves dword k of row r in lane r.
+        let mut z = [_mm512_setzero_si512(); 4];
+        for (m, zm) in z.iter_mut().enumerate() {
+            let v = _mm512_castsi128_si512(row!(m));
+            let v = _mm512_inserti32x4::<1>(v, row!(m + 4));
+            let v = _mm512_inserti32x4::<2>(v, row!(m + 8));
+            *zm = _mm512_inserti32x4::<3>(v, row!(m + 12));
+        }
+        let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+        [
+            _mm512_unpacklo_epi64(t0, t2),
+            _mm512_unpackhi_epi64(t0, t2),
+            _mm512_unpacklo_epi64(t1, t3),
+            _mm512_unpackhi_epi64(t1, t3),
+        ]
     }
 }
 
@@ -158,29 +154,7 @@ unsafe fn q4k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
     // SAFETY (whole body): each row's block starts with 16 readable bytes (d, dmin, the
     // 12 scale bytes); AVX-512 enabled in every caller.
     unsafe {
-        // z[m] holds rows m, m+4, m+8, m+12 (one per 128-bit lane), so that a 4×4 dword
-        // transpose per lane leaves dword k of row r in lane r of h[k].
-        // (macros, not closures: a closure would not inherit the target features)
-        macro_rules! row {
-            ($r:expr) => {
-                _mm_loadu_si128(x.add($r * ws) as *const __m128i)
-            };
-        }
-        let mut z = [_mm512_setzero_si512(); 4];
-        for (m, zm) in z.iter_mut().enumerate() {
-            let v = _mm512_castsi128_si512(row!(m));
-            let v = _mm512_inserti32x4::<1>(v, row!(m + 4));
-            let v = _mm512_inserti32x4::<2>(v, row!(m + 8));
-            *zm = _mm512_inserti32x4::<3>(v, row!(m + 12));
-        }
-        let (t0, t1) = (_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
-        let (t2, t3) = (_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
-        let h = [
-            _mm512_unpacklo_epi64(t0, t2),
-            _mm512_unpackhi_epi64(t0, t2),
-            _mm512_unpacklo_epi64(t1, t3),
-            _mm512_unpackhi_epi64(t1, t3),
-        ];
+        let h = dwords16(x, ws);
         let (k1, k2, k3) = (_mm512_set1_epi32(0x3f3f_3f3f), _mm512_set1_epi32(0x0f0f_0f0f), _mm512_set1_epi32(0x0303_0303));
         let sc_lo = _mm512_and_si512(h[1], k1);
         let mn_lo = _mm512_and_si512(h[2], k1);
@@ -211,11 +185,32 @@ unsafe fn q4k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
     }
 }
 
+/// Q6_K's 16 signed scales (sign-extended), their i16 pairs for the offset correction,
+/// and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes (lane r = row r).
 #[inline(always)]
-unsafe fn f16(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees 2 readable bytes at `p`.
-    let bits = unsafe { (p as *const u16).read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+unsafe fn q6k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
+    // SAFETY (whole body): each row's block is a whole 210-byte Q6_K block (scales 16 B
+    // @192, d @208); AVX-512 enabled in every caller.
+    unsafe {
+        let h = dwords16(x.add(192), ws);
+        for (k, hk) in h.iter().enumerate() {
+            // byte b of the dword, sign-extended: scale 4k + b
+            pk.sc[4 * k] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(*hk));
+            pk.sc[4 * k + 1] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(*hk));
+            pk.sc[4 * k + 2] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<8>(*hk));
+            pk.sc[4 * k + 3] = _mm512_srai_epi32::<24>(*hk);
+        }
+        let lo16 = _mm512_set1_epi32(0xffff);
+        for p in 0..8 {
+            pk.corr[p] = _mm512_or_si512(_mm512_and_si512(pk.sc[2 * p], lo16), _mm512_slli_epi32::<16>(pk.sc[2 * p + 1]));
+        }
+        let mut d = [0u16; 16];
+        for (r, dr) in d.iter_mut().enumerate() {
+            *dr = (x.add(r * ws + 208) as *const u16).read_unaligned();
+        }
+        pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
+        pk.dm = _mm512_setzero_ps();
+    }
 }
 
 /// `M` tokens (activations at `a + j·astride`) against `nb` packed super-blocks:
