@@ -121,28 +121,7 @@ pub fn validate(op: &Op, ins: &[Opnd<'_>], out: &TensorMeta) -> Result<(), OpErr
     }
     for o in ins {
         if let Opnd::Weight(w) = o {
-            let rb = w.ty.row_bytes(w.shape.0[0]);
-            if rb
-                .and_then(|rb| rb.checked_mul(w.shape.rows()))
-                .is_none_or(|need| w.bytes.len() < need)
-            {
-                return Err(OpError::Invalid {
-                    op: k,
-                    msg: format!(
-                        "weight {}: {} bytes for {} {:?}",
-                        w.name,
-                        w.bytes.len(),
-                        w.ty,
-                        w.shape
-                    ),
-                });
-            }
-            if !w.ty.is_supported_weight() {
-                return Err(OpError::UnsupportedType {
-                    op: k,
-                    ty: w.ty.name().into(),
-                });
-            }
+            pn_ops::reference::common::check_weight(k, w)?;
         }
     }
     let metas: Vec<TensorMeta> = ins.iter().map(Opnd::meta).collect();

@@ -18,8 +18,8 @@
 //!   (tables in the generated [`iq_grids`]).
 //! - `x86` (detection, float types, activation quantizers), `x86_block` (row-block
 //!   dispatch), `x86_tile` (quantized dot products for 1..=8 activation rows at once,
-//!   AVX2 or AVX-512 VNNI), `x86_pack` (Q4_K / Q6_K decoded once per 8 rows for a whole
-//!   batch): selected at run time, the scalar fallback always kept.
+//!   AVX2 or AVX-512 VNNI), `x86_pack16` (Q4_K / Q6_K decoded once per 16 rows for a
+//!   whole batch, AVX-512 VNNI): selected at run time, the scalar fallback always kept.
 //!
 //! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
 //! tested against it.
@@ -51,8 +51,6 @@ mod x86_k;
 mod x86_tile;
 #[cfg(target_arch = "x86_64")]
 mod x86_block;
-#[cfg(target_arch = "x86_64")]
-mod x86_pack;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack16;
 
@@ -263,7 +261,7 @@ pub fn vec_dot_tile(w_ty: GgmlType, n: usize, w: &[u8], acts: &[u8], stride: usi
 /// &acts[j·astride..])` for `r < rows`, `j < m` (any number of activation rows),
 /// bitwise equal to [`vec_dot`] for every (r, j) whatever `rows` and `m`: each weight
 /// block is decoded once for up to `MAX_TILE` activation rows (Q4_K / Q6_K with
-/// AVX-512 VNNI and many rows: once for all of them, 8 weight rows at a time), and the
+/// AVX-512 VNNI and 6+ rows: once for all of them, 16 weight rows at a time), and the
 /// lengths are checked once.
 /// Never panics: when the rows do not fit, every output it can reach is NaN.
 #[allow(clippy::too_many_arguments)]

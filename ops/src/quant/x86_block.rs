@@ -1,10 +1,9 @@
 //! Row-block dispatch of the quantized dot products (x86_64): `vec_dot_block` picks the
-//! packed 16-row (`x86_pack16`) and 8-row (`x86_pack`) kernels or the per-row tile
-//! kernels (`x86_tile`), in their AVX-512 VNNI or AVX2 build, and loops over rows and
-//! token tiles.
+//! packed 16-row kernels (`x86_pack16`, AVX-512 VNNI) or the per-row tile kernels
+//! (`x86_tile`, AVX-512 VNNI or AVX2 build), and loops over rows and token tiles.
 
 use super::x86::{has_avx2, has_tile, has_vnni};
-use super::{x86_pack, x86_pack16, x86_tile};
+use super::{x86_pack16, x86_tile};
 use crate::GgmlType;
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
@@ -33,26 +32,26 @@ pub fn vec_dot_block(
     debug_assert!(w.len() >= (rows - 1) * wstride + w_ty.row_bytes(n).unwrap_or(0));
     debug_assert!(a.len() >= (m - 1) * astride);
     debug_assert!(out.len() >= (rows - 1) * ostride + m);
-    let mut r0 = 0;
     let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q6K) && has_vnni();
-    if packable && rows >= 16 && pack16() {
-        r0 = rows / 16 * 16;
+    if packable {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
-            for g in (0..r0).step_by(16) {
+            for g in (0..rows).step_by(16) {
+                let nr = (rows - g).min(16);
                 let next = (g + 16 < rows).then(|| {
                     let end = ((rows - 1) * wstride + wrb).min(w.len());
                     let start = (g + 16) * wstride;
                     // SAFETY: start < end <= w.len().
                     (unsafe { w.as_ptr().add(start) }, (16 * wstride).min(end - start))
                 });
-                // SAFETY: VNNI (and AVX2) detected; rows g..g+16 and every token are in
-                // bounds (checked by the caller), and out rows g..g+16 too.
+                // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
+                // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_pack16::group16(
                         w_ty == GgmlType::Q6K,
                         n / 256,
+                        nr,
                         w.as_ptr().add(g * wstride),
                         wstride,
                         a.as_ptr(),
@@ -66,46 +65,8 @@ pub fn vec_dot_block(
                 }
             }
         });
-    }
-    if packable && rows - r0 >= 8 {
-        let g0 = r0;
-        r0 = g0 + (rows - g0) / 8 * 8;
-        PACKED.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            for g in (g0..r0).step_by(8) {
-                let wrb = w_ty.row_bytes(n).unwrap_or(0);
-                let next = (g + 8 < rows).then(|| {
-                    let end = ((rows - 1) * wstride + wrb).min(w.len());
-                    let start = (g + 8) * wstride;
-                    // SAFETY: start < end <= w.len().
-                    (unsafe { w.as_ptr().add(start) }, (8 * wstride).min(end - start))
-                });
-                // SAFETY: VNNI (and AVX2) detected; rows g..g+8 and every token are in
-                // bounds (checked by the caller), and out rows g..g+8 too.
-                unsafe {
-                    packed_group(
-                        w_ty == GgmlType::Q6K,
-                        n / 256,
-                        w.as_ptr().add(g * wstride),
-                        wstride,
-                        a.as_ptr(),
-                        astride,
-                        m,
-                        &mut out[g * ostride..],
-                        ostride,
-                        &mut buf,
-                        next,
-                    )
-                }
-            }
-        });
-    }
-    if r0 == rows {
         return true;
     }
-    let rows = rows - r0;
-    let w = &w[r0 * wstride..];
-    let out = &mut out[r0 * ostride..];
     let g = Geo { n, wstride, rows, astride, ostride };
     for t0 in (0..m).step_by(x86_tile::MAX_TILE) {
         let mt = x86_tile::MAX_TILE.min(m - t0);
@@ -128,45 +89,13 @@ pub fn vec_dot_block(
     true
 }
 
-/// Tokens from which Q4_K / Q6_K rows are decoded once per 16 (`x86_pack16`) or 8
-/// (`x86_pack`) rows for the whole batch; below, the per-row tile kernels (measured:
-/// packed 16 rows beat the tiles from 6 tokens on Q4_K, equal on Q6_K).
+/// Tokens from which Q4_K / Q6_K rows are decoded once per 16 rows (`x86_pack16`) for the
+/// whole batch; below, the per-row tile kernels (measured: packed beats the tiles from 6
+/// tokens).
 const PACK_MIN_TOKENS: usize = 6;
 
 thread_local! {
-    static PACKED: std::cell::RefCell<Vec<x86_pack::Packed>> = const { std::cell::RefCell::new(Vec::new()) };
     static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
-}
-
-/// The 16-row packed kernels (`PN_NO_PACK16` falls back to the 8-row ones, to compare).
-fn pack16() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var_os("PN_NO_PACK16").is_none())
-}
-
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn packed_group(
-    six: bool,
-    nb: usize,
-    w: *const u8,
-    ws: usize,
-    a: *const u8,
-    astride: usize,
-    m: usize,
-    out: &mut [f32],
-    ostride: usize,
-    buf: &mut Vec<x86_pack::Packed>,
-    next: Option<(*const u8, usize)>,
-) {
-    // SAFETY: features enabled here; the caller guarantees the rows and tokens.
-    unsafe {
-        if six {
-            x86_pack::group8::<true>(nb, w, ws, a, astride, m, out, ostride, buf, next)
-        } else {
-            x86_pack::group8::<false>(nb, w, ws, a, astride, m, out, ostride, buf, next)
-        }
-    }
 }
 
 /// Geometry of one `vec_dot_block` call.

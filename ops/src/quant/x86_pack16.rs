@@ -66,11 +66,12 @@ unsafe fn ld(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
-/// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`) into `pk`: for each
+/// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`; rows past `nr`
+/// repeat row `nr − 1`, their results are dropped) into `pk`: for each
 /// element group, rows r and r + 8 share a 512-bit vector and one 8×8 dword transpose
 /// per 256-bit half gives `x86_pack`'s layout for rows 0..8 (low half) and 8..16 (high).
 #[inline(always)]
-unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Packed16) {
+unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
     let bb = if SIX { super::k_quants::Q6_K_BYTES } else { super::k_quants::Q4_K_BYTES };
     // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
@@ -81,7 +82,8 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Pa
         for cb in 0..8 {
             let mut z = [_mm512_setzero_si512(); 8];
             for (r, zr) in z.iter_mut().enumerate() {
-                *zr = join(group_bytes::<SIX>(xb.add(r * ws), cb), group_bytes::<SIX>(xb.add((r + 8) * ws), cb));
+                let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
+                *zr = join(group_bytes::<SIX>(xb.add(ra * ws), cb), group_bytes::<SIX>(xb.add(rb * ws), cb));
             }
             let mut t = [_mm512_setzero_si512(); 8];
             for k in 0..4 {
@@ -107,23 +109,23 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, i: usize, pk: &mut Pa
     // SAFETY: as above.
     unsafe {
         if SIX {
-            q6k_scales16(w.add(i * bb), ws, pk)
+            q6k_scales16(w.add(i * bb), ws, nr, pk)
         } else {
-            q4k_scales16(w.add(i * bb), ws, pk)
+            q4k_scales16(w.add(i * bb), ws, nr, pk)
         }
     }
 }
 
 /// The 16 bytes at `x + r·ws` of the 16 rows as 4 vectors: lane r of `h[k]` = dword k
-/// (bytes 4k..4k+4) of row r.
+/// (bytes 4k..4k+4) of row r (rows past `nr` repeat row `nr − 1`).
 #[inline(always)]
-unsafe fn dwords16(x: *const u8, ws: usize) -> [__m512i; 4] {
+unsafe fn dwords16(x: *const u8, ws: usize, nr: usize) -> [__m512i; 4] {
     // SAFETY (whole body): 16 readable bytes at each `x + r·ws`; AVX-512 enabled in every
     // caller. (Macros, not closures: a closure would not inherit the target features.)
     unsafe {
         macro_rules! row {
             ($r:expr) => {
-                _mm_loadu_si128(x.add($r * ws) as *const __m128i)
+                _mm_loadu_si128(x.add(($r).min(nr - 1) * ws) as *const __m128i)
             };
         }
         // z[m] holds rows m, m+4, m+8, m+12 (one per 128-bit lane), so that a 4×4 dword
@@ -150,11 +152,11 @@ unsafe fn dwords16(x: *const u8, ws: usize) -> [__m512i; 4] {
 /// 16 blocks at `x + r·ws`, computed across rows in 512-bit lanes (lane r = row r) with
 /// `x86_tile::scales_mins_k4`'s bit formulas, exact as the scalar path.
 #[inline(always)]
-unsafe fn q4k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
+unsafe fn q4k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
     // SAFETY (whole body): each row's block starts with 16 readable bytes (d, dmin, the
     // 12 scale bytes); AVX-512 enabled in every caller.
     unsafe {
-        let h = dwords16(x, ws);
+        let h = dwords16(x, ws, nr);
         let (k1, k2, k3) = (_mm512_set1_epi32(0x3f3f_3f3f), _mm512_set1_epi32(0x0f0f_0f0f), _mm512_set1_epi32(0x0303_0303));
         let sc_lo = _mm512_and_si512(h[1], k1);
         let mn_lo = _mm512_and_si512(h[2], k1);
@@ -188,11 +190,11 @@ unsafe fn q4k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
 /// Q6_K's 16 signed scales (sign-extended), their i16 pairs for the offset correction,
 /// and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes (lane r = row r).
 #[inline(always)]
-unsafe fn q6k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
+unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
     // SAFETY (whole body): each row's block is a whole 210-byte Q6_K block (scales 16 B
     // @192, d @208); AVX-512 enabled in every caller.
     unsafe {
-        let h = dwords16(x.add(192), ws);
+        let h = dwords16(x.add(192), ws, nr);
         for (k, hk) in h.iter().enumerate() {
             // byte b of the dword, sign-extended: scale 4k + b
             pk.sc[4 * k] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(*hk));
@@ -206,7 +208,7 @@ unsafe fn q6k_scales16(x: *const u8, ws: usize, pk: &mut Packed16) {
         }
         let mut d = [0u16; 16];
         for (r, dr) in d.iter_mut().enumerate() {
-            *dr = (x.add(r * ws + 208) as *const u16).read_unaligned();
+            *dr = (x.add(r.min(nr - 1) * ws + 208) as *const u16).read_unaligned();
         }
         pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
         pk.dm = _mm512_setzero_ps();
@@ -268,17 +270,18 @@ pub struct Scratch16 {
     pks: Vec<Packed16>,
 }
 
-/// Rows `0..16` of `w` (stride `ws`, `nb` super-blocks each) against `m` tokens:
-/// `out[r·ostride + j]`; `next` (pointer, bytes): the weights to prefetch meanwhile.
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks each) against `m`
+/// tokens: `out[r·ostride + j]`; `next` (pointer, bytes): the weights to prefetch meanwhile.
 ///
 /// # Safety
-/// AVX-512 F/BW/VL + VNNI and AVX2 available; 16 rows of `nb` blocks at `w`, `m` tokens
-/// of `nb` Q8_K blocks at `a + j·astride`, `out` holds `15·ostride + m` floats.
+/// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
+/// tokens of `nb` Q8_K blocks at `a + j·astride`, `out` holds `(nr−1)·ostride + m` floats.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn group16(
     six: bool,
     nb: usize,
+    nr: usize,
     w: *const u8,
     ws: usize,
     a: *const u8,
@@ -292,9 +295,9 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         if six {
-            run::<true>(nb, w, ws, a, astride, m, out, ostride, sc, next)
+            run::<true>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next)
         } else {
-            run::<false>(nb, w, ws, a, astride, m, out, ostride, sc, next)
+            run::<false>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next)
         }
     }
 }
@@ -303,6 +306,7 @@ pub unsafe fn group16(
 #[inline(always)]
 unsafe fn run<const SIX: bool>(
     nb: usize,
+    nr: usize,
     w: *const u8,
     ws: usize,
     a: *const u8,
@@ -318,7 +322,7 @@ unsafe fn run<const SIX: bool>(
     sc.pks.resize(nb, zero);
     for i in 0..nb {
         // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-        unsafe { pack16::<SIX>(w, ws, i, &mut sc.pks[i]) };
+        unsafe { pack16::<SIX>(w, ws, nr, i, &mut sc.pks[i]) };
     }
     // Start loading the next rows (`len` bytes at `p`) while this group computes.
     if let Some((p, len)) = next {
@@ -341,7 +345,7 @@ unsafe fn run<const SIX: bool>(
                     let mut l = [0f32; 16];
                     // SAFETY: 16 writable floats.
                     unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *v) };
-                    for (r, &x) in l.iter().enumerate() {
+                    for (r, &x) in l.iter().enumerate().take(nr) {
                         out[r * ostride + t0 + j] = x;
                     }
                 }

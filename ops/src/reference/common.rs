@@ -25,6 +25,25 @@ pub fn meta_of(v: &Value<'_>) -> TensorMeta {
     }
 }
 
+/// A weight view holds whole rows of its block format (`ne0` a multiple of the block,
+/// bytes for every row) in a format the kernels take.
+pub fn check_weight(op: &'static str, w: &WeightView<'_>) -> Result<(), OpError> {
+    let rb = w.ty.row_bytes(w.shape.0[0]).ok_or_else(|| OpError::Invalid {
+        op,
+        msg: format!("weight {}: row of {} is not a multiple of the {} block", w.name, w.shape.0[0], w.ty),
+    })?;
+    if rb.checked_mul(w.shape.rows()).is_none_or(|need| w.bytes.len() < need) {
+        return Err(OpError::Invalid {
+            op,
+            msg: format!("weight {}: {} bytes for {} {:?}", w.name, w.bytes.len(), w.ty, w.shape),
+        });
+    }
+    if !w.ty.is_supported_weight() {
+        return Err(OpError::UnsupportedType { op, ty: w.ty.name().into() });
+    }
+    Ok(())
+}
+
 /// Check a call before running a kernel: not a leaf, `Op::infer` accepts the inputs and
 /// gives `out`, activations hold `numel` elements, weights hold all their row bytes.
 pub fn validate(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> Result<(), OpError> {
@@ -49,36 +68,7 @@ pub fn validate(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> Result<(), OpEr
                     });
                 }
             }
-            Value::Weight(w) => {
-                let rb =
-                    w.ty.row_bytes(w.shape.0[0])
-                        .ok_or_else(|| OpError::Invalid {
-                            op: k,
-                            msg: format!(
-                                "weight {}: row of {} is not a multiple of the {} block",
-                                w.name, w.shape.0[0], w.ty
-                            ),
-                        })?;
-                let need = rb.checked_mul(w.shape.rows());
-                if need.is_none_or(|need| w.bytes.len() < need) {
-                    return Err(OpError::Invalid {
-                        op: k,
-                        msg: format!(
-                            "weight {}: {} bytes for {} {:?}",
-                            w.name,
-                            w.bytes.len(),
-                            w.ty,
-                            w.shape
-                        ),
-                    });
-                }
-                if !w.ty.is_supported_weight() {
-                    return Err(OpError::UnsupportedType {
-                        op: k,
-                        ty: w.ty.name().into(),
-                    });
-                }
-            }
+            Value::Weight(w) => check_weight(k, w)?,
         }
     }
     // On the stack for the usual ≤ 8 inputs: no allocation per call (backends validate
