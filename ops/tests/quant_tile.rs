@@ -99,7 +99,7 @@ fn tile_throughput() {
             let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
             quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
         }
-        for m in [1usize, 2, 3, 4, 6, 8, 64] {
+        for m in [1usize, 2, 4, 6, 8, 16, 32, 64] {
             let mut out = vec![0f32; rows * toks];
             let mut dt = f64::MAX;
             for _ in 0..7 {
@@ -127,25 +127,30 @@ fn decode_stream() {
     let threads: usize = std::env::var("THREADS").map_or(1, |v| v.parse().unwrap());
     for ty in [pn_ops::GgmlType::Q4K, pn_ops::GgmlType::Q6K] {
         let wrb = ty.row_bytes(k).unwrap();
-        let rows = (128 << 20) / wrb / 16 / threads * 16 * threads;
+        let mb: usize = std::env::var("MB").map_or(128, |v| v.parse().unwrap());
+        let rows = (mb << 20) / wrb / 64 / threads * 64 * threads;
         let row0 = random_weight_row(&mut rng, ty, k);
         let w: Vec<u8> = (0..rows).flat_map(|_| row0.iter().copied()).collect();
         let a_ty = vec_dot_type(ty);
-        let mut acts = vec![0u8; a_ty.row_bytes(k).unwrap()];
-        let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
-        quantize_row(a_ty, &x, &mut acts);
-        let mut out = vec![0f32; rows];
+        let m: usize = std::env::var("M").map_or(1, |v| v.parse().unwrap());
+        let rb = a_ty.row_bytes(k).unwrap();
+        let mut acts = vec![0u8; m * rb];
+        for j in 0..m {
+            let x: Vec<f32> = (0..k).map(|_| rng.normalish()).collect();
+            quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
+        }
+        let mut out = vec![0f32; rows * m];
         let mut dt = f64::MAX;
         for _ in 0..5 {
             let t0 = std::time::Instant::now();
             let half = rows / threads;
             std::thread::scope(|s| {
-                for (t, out) in out.chunks_mut(half).enumerate() {
+                for (t, out) in out.chunks_mut(half * m).enumerate() {
                     let (w, acts) = (&w, &acts);
                     s.spawn(move || {
-                        for (i, o) in out.chunks_mut(16).enumerate() {
-                            let r0 = t * half + i * 16;
-                            vec_dot_block(ty, k, &w[r0 * wrb..], wrb, o.len(), acts, 0, 1, o, 1);
+                        for (i, o) in out.chunks_mut(64 * m).enumerate() {
+                            let r0 = t * half + i * 64;
+                            vec_dot_block(ty, k, &w[r0 * wrb..], wrb, o.len() / m, acts, rb, m, o, m);
                         }
                     });
                 }
@@ -153,6 +158,6 @@ fn decode_stream() {
             dt = dt.min(t0.elapsed().as_secs_f64());
         }
         let gbs = (rows * wrb) as f64 / dt / 1e9;
-        eprintln!("{ty} decode stream: {gbs:.1} GB/s ({:.1} GMAC/s)", (rows * k) as f64 / dt / 1e9);
+        eprintln!("{ty} m={m} stream: {gbs:.1} GB/s ({:.1} GMAC/s)", (rows * k * m) as f64 / dt / 1e9);
     }
 }

@@ -218,13 +218,30 @@ unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
 /// `M` tokens (activations at `a + j·astride`) against `nb` packed super-blocks:
 /// `out[j]` = the 16 rows' dot products (lane r = row r); the 8-row kernel's steps.
 #[inline(always)]
-unsafe fn dot16<const SIX: bool, const M: usize>(pks: &[Packed16], a: *const u8, astride: usize, out: &mut [__m512; M]) {
+unsafe fn dot16<const SIX: bool, const M: usize>(
+    pks: &[Packed16],
+    a: *const u8,
+    astride: usize,
+    out: &mut [__m512; M],
+    pf: Option<(*const u8, usize)>,
+) {
     let mut sumf = [_mm512_setzero_ps(); M];
+    let (ns, gs) = if SIX { (16, 4) } else { (8, 8) };
+    // the next rows' bytes spread over the sub-block steps: a few lines each, so the
+    // loads stay in flight instead of overflowing the miss buffers in one burst
+    let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
+    let per_step = pf_len.div_ceil(pks.len() * ns).next_multiple_of(64);
     for (i, pk) in pks.iter().enumerate() {
         let mut isum = [_mm512_setzero_si512(); M];
-        let (ns, gs) = if SIX { (16, 4) } else { (8, 8) };
         for s in 0..ns {
             let scv = pk.sc[s];
+            let start = (i * ns + s) * per_step;
+            let mut off = start;
+            while off < (start + per_step).min(pf_len) {
+                // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
+                off += 64;
+            }
             for (j, is) in isum.iter_mut().enumerate() {
                 // SAFETY (this block): token j's block i is Q8_K_BYTES at y; the qs
                 // bytes read are 4 + (s·gs + g)·4 + 4 <= 260.
@@ -324,13 +341,7 @@ unsafe fn run<const SIX: bool>(
         // SAFETY: the caller guarantees 16 rows of nb blocks at w.
         unsafe { pack16::<SIX>(w, ws, nr, i, &mut sc.pks[i]) };
     }
-    // Start loading the next rows (`len` bytes at `p`) while this group computes.
-    if let Some((p, len)) = next {
-        for off in (0..len).step_by(64) {
-            // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.add(off) as *const i8) };
-        }
-    }
+    // The next rows (`next`: pointer, bytes) load while the first token tile computes.
     let mut t0 = 0;
     while t0 < m {
         let mt = MAX_TILE.min(m - t0);
@@ -340,7 +351,7 @@ unsafe fn run<const SIX: bool>(
             ($mm:literal) => {{
                 let mut o = [_mm512_setzero_ps(); $mm];
                 // SAFETY: as above.
-                unsafe { dot16::<SIX, $mm>(&sc.pks, at, astride, &mut o) };
+                unsafe { dot16::<SIX, $mm>(&sc.pks, at, astride, &mut o, if t0 == 0 { next } else { None }) };
                 for (j, v) in o.iter().enumerate() {
                     let mut l = [0f32; 16];
                     // SAFETY: 16 writable floats.
