@@ -192,9 +192,9 @@ impl KvCache {
     /// Split a batch (positions `pos`) into runs `[a, b)` that the kernels process as
     /// "write all k/v of the run, then attend": within a run no write overwrites a cell
     /// or shadow an earlier query of the run reads. Without ring mode and shadows this
-    /// is the whole batch.
-    pub fn runs(&self, pos: &[i32]) -> Vec<(usize, usize)> {
-        let mut out = Vec::new();
+    /// is the whole batch (one run: no allocation).
+    pub fn runs(&self, pos: &[i32]) -> smallvec::SmallVec<[(usize, usize); 4]> {
+        let mut out = smallvec::SmallVec::new();
         if pos.is_empty() {
             return out;
         }
@@ -226,30 +226,43 @@ impl KvCache {
     /// rotated when the format asks for it, encoded into the cell, and copied to the
     /// shadows in f16. `p` must have passed [`KvCache::check_positions`].
     pub fn write(&mut self, g: usize, p: usize, k: &[f32], v: &[f32]) {
+        // the rotated rows in per-thread buffers: no allocation per token
+        thread_local! {
+            static ROWS: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        }
+        ROWS.with(|r| {
+            let (kr, vr) = &mut *r.borrow_mut();
+            kr.clear();
+            kr.extend_from_slice(k);
+            vr.clear();
+            vr.extend_from_slice(v);
+            self.write_rotated(g, p, kr, vr);
+        })
+    }
+
+    fn write_rotated(&mut self, g: usize, p: usize, kr: &mut [f32], vr: &mut [f32]) {
         let d = self.head_dim;
-        let mut kr = k.to_vec();
-        let mut vr = v.to_vec();
-        kv::hadamard(&mut kr, self.rot_k);
-        kv::hadamard(&mut vr, self.rot_v);
+        kv::hadamard(kr, self.rot_k);
+        kv::hadamard(vr, self.rot_v);
         let c = g * self.capacity + self.main_cell(p);
         if self.ty == KvType::F32 {
-            self.k[c * d..(c + 1) * d].copy_from_slice(&kr);
-            self.v[c * d..(c + 1) * d].copy_from_slice(&vr);
+            self.k[c * d..(c + 1) * d].copy_from_slice(kr);
+            self.v[c * d..(c + 1) * d].copy_from_slice(vr);
         } else {
             let rb = self.row_bytes();
-            kv::encode_row(self.ty, &kr, &mut self.kq[c * rb..(c + 1) * rb]);
-            kv::encode_row(self.ty, &vr, &mut self.vq[c * rb..(c + 1) * rb]);
+            kv::encode_row(self.ty, kr, &mut self.kq[c * rb..(c + 1) * rb]);
+            kv::encode_row(self.ty, vr, &mut self.vq[c * rb..(c + 1) * rb]);
         }
         let s = &mut self.shadow;
         if p < s.sink {
             let o = (g * s.sink + p) * d;
-            kv::to_f16(&kr, &mut s.k_sink[o..o + d]);
-            kv::to_f16(&vr, &mut s.v_sink[o..o + d]);
+            kv::to_f16(kr, &mut s.k_sink[o..o + d]);
+            kv::to_f16(vr, &mut s.v_sink[o..o + d]);
         }
         if s.slots > 0 {
             let o = (g * s.slots + p % s.slots) * d;
-            kv::to_f16(&kr, &mut s.k_win[o..o + d]);
-            kv::to_f16(&vr, &mut s.v_win[o..o + d]);
+            kv::to_f16(kr, &mut s.k_win[o..o + d]);
+            kv::to_f16(vr, &mut s.v_win[o..o + d]);
         }
     }
 

@@ -228,6 +228,24 @@ pub fn attention(
     d: usize,
     scale: f32,
 ) -> Result<Tensor, OpError> {
+    let mut y = vec![0.0f32; out.shape.numel()];
+    attention_into(ins, out, state, n_head, n_head_kv, d, scale, &mut y)?;
+    out_f32("Attention", out, y)
+}
+
+/// `attention` into `y` (every element written; no allocation per call once the
+/// per-thread scratch is warm).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_into(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    state: Option<&mut LayerState>,
+    n_head: usize,
+    n_head_kv: usize,
+    d: usize,
+    scale: f32,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "Attention";
     let q = act_f32(OP, &ins[0])?;
     let k = act_f32(OP, &ins[1])?;
@@ -238,7 +256,8 @@ pub fn attention(
     let kv = kv_cache(OP, state, n_head_kv, d)?;
     kv.check_positions(OP, pos)?;
     let group = n_head / n_head_kv;
-    let mut y = vec![0.0f32; d * n_head * t];
+    crate::norm::len_check(OP, d * n_head * t, y.len())?;
+    y.fill(0.0);
     let decode_cost = if kv.ty == KvType::F32 { 2 } else { 4 };
     for (a, b) in kv.runs(pos) {
         for (ti, &p) in pos.iter().enumerate().take(b).skip(a) {
@@ -278,7 +297,7 @@ pub fn attention(
             par::rows(ys, gs * d, work, |i, o| tile_at(a + i / (n_head / gs), a + i / (n_head / gs) + 1, (i % (n_head / gs)) * gs, gs, 0, o));
         }
     }
-    out_f32(OP, out, y)
+    Ok(())
 }
 
 impl crate::CpuBackend {

@@ -137,6 +137,15 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
     light && out.shape.numel() <= INLINE_MAX
 }
 
+/// Sets the flag when dropped: also when the pass panics, so the spinners stop and the
+/// joins can unwind.
+struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
 /// Whether a pass keeps the other workers spinning (`PN_NO_SPIN` turns it off, e.g. on
 /// an oversubscribed machine).
 fn spin_pass() -> bool {
@@ -178,6 +187,9 @@ fn dispatch_into(
             delta::conv1d_causal_into(ins, meta, state, *d_conv, f32_out(out, meta))
         }
         Op::DeltaRule { state: _ } => delta::delta_rule_into(ins, meta, state, f32_out(out, meta)),
+        Op::Attention { n_head, n_head_kv, head_dim, scale, state: _ } => {
+            attention::attention_into(ins, meta, state, *n_head, *n_head_kv, *head_dim, *scale, f32_out(out, meta))
+        }
         Op::MoeExperts { merged_gate_up } => {
             moe::moe_experts_into(ins, meta, *merged_gate_up, f32_out(out, meta))
         }
@@ -296,44 +308,43 @@ impl Backend for CpuBackend {
         // ops' parallel loops as soon as they are pushed, instead of sleeping between
         // ops (a futex wake-up and a context switch for each parallel op otherwise).
         use std::sync::atomic::{AtomicBool, Ordering};
-        /// Sets the flag when dropped: also when `f` panics, so the spinners stop and
-        /// the scope can unwind.
-        struct Done<'a>(&'a AtomicBool);
-        impl Drop for Done<'_> {
-            fn drop(&mut self) {
-                self.0.store(true, Ordering::Release);
-            }
-        }
         let done = AtomicBool::new(false);
+        let spin = || {
+            let mut idle = 0u32;
+            while !done.load(Ordering::Acquire) {
+                if rayon::yield_now() == Some(rayon::Yield::Executed) {
+                    idle = 0;
+                } else {
+                    idle += 1;
+                    // let an oversubscribed machine's other work run now and then
+                    if idle % 64 == 0 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+            }
+        };
         self.pool.install(|| {
             let pass_thread = rayon::current_thread_index();
-            rayon::scope(|s| {
-                for _ in 1..self.threads {
-                    s.spawn(|_| {
-                        // Never spin on the pass's own thread (it could pick this job up
-                        // while waiting inside `f`, which would then never finish).
-                        if rayon::current_thread_index() == pass_thread {
-                            return;
-                        }
-                        let mut idle = 0u32;
-                        while !done.load(Ordering::Acquire) {
-                            if rayon::yield_now() == Some(rayon::Yield::Executed) {
-                                idle = 0;
-                            } else {
-                                idle += 1;
-                                // let an oversubscribed machine's other work run now and then
-                                if idle % 64 == 0 {
-                                    std::thread::yield_now();
-                                } else {
-                                    std::hint::spin_loop();
-                                }
-                            }
-                        }
-                    });
+            // Never spin on the pass's own thread (it could pick a spinner up while waiting
+            // inside `f`, which would then never finish).
+            let spinner = || {
+                if rayon::current_thread_index() != pass_thread {
+                    spin()
                 }
-                let _done = Done(&done);
-                f();
-            })
+            };
+            // `threads − 1` spinners through nested joins (stack jobs: nothing allocated
+            // per pass); the innermost runs `f`, then the flag releases them.
+            fn nest(k: usize, spinner: &(dyn Fn() + Sync), f: &mut (dyn FnMut() + Send), done: &AtomicBool) {
+                if k == 0 {
+                    let _done = Done(done);
+                    f();
+                } else {
+                    rayon::join(|| nest(k - 1, spinner, f, done), spinner);
+                }
+            }
+            nest(self.threads - 1, &spinner, f, &done);
         })
     }
 
