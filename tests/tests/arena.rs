@@ -123,6 +123,7 @@ fn decode_ops_write_into_persistent_buffers() {
     let ops: usize = m.values().map(|v| v.0).sum();
     eprintln!("{total} allocations in {steps} decode steps ({ops} ops): {m:?}");
     let converted = [
+        "Attention",
         "GetRows",
         "MatMul",
         "RmsNorm",
@@ -146,4 +147,5 @@ fn decode_ops_write_into_persistent_buffers() {
         }
     }
     assert!(m.get("MatMul").is_some_and(|v| v.0 > 0));
+    assert!(m.get("Attention").is_some_and(|v| v.0 > 0), "the model has attention layers");
 }
