@@ -118,7 +118,10 @@ fn tile_impl<const NQ: usize, const NV: usize, const AVX: bool>(tl: Tile<'_>, sc
     }
     hadamard(&mut sc.q, kv.rot_k);
     if sc.s.len() < nq * ncells {
-        sc.s.resize(nq * ncells, 0.0);
+        // room for the whole cache when that is small (≤ 4 MB): a growing context then
+        // never reallocates the scores on the decode path
+        let whole = (nq * kv.capacity).min(1 << 20);
+        sc.s.resize((nq * ncells).max(whole), 0.0);
     }
     sc.kt.resize(d * CB, 0.0);
     sc.rows.resize(CB.max(VB) * d, 0.0);
