@@ -53,6 +53,8 @@ mod x86_tile;
 mod x86_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack16;
+#[cfg(target_arch = "x86_64")]
+mod x86_pack_q8;
 
 /// F16 bits -> f32 with F16C when available (false: not done, use the scalar path).
 #[cfg(target_arch = "x86_64")]

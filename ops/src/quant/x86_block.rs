@@ -3,7 +3,7 @@
 //! (`x86_tile`, AVX-512 VNNI or AVX2 build), and loops over rows and token tiles.
 
 use super::x86::{has_avx2, has_tile, has_vnni};
-use super::{x86_pack16, x86_tile};
+use super::{x86_pack16, x86_pack_q8, x86_tile};
 use crate::GgmlType;
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
@@ -32,6 +32,31 @@ pub fn vec_dot_block(
     debug_assert!(w.len() >= (rows - 1) * wstride + w_ty.row_bytes(n).unwrap_or(0));
     debug_assert!(a.len() >= (m - 1) * astride);
     debug_assert!(out.len() >= (rows - 1) * ostride + m);
+    if m >= PACK_MIN_TOKENS && w_ty == GgmlType::Q8_0 && has_vnni() {
+        PACKED_Q8.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            for g in (0..rows).step_by(16) {
+                let nr = (rows - g).min(16);
+                // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
+                // bounds (checked by the caller), and out rows g..g+nr too.
+                unsafe {
+                    x86_pack_q8::group16_q8(
+                        n / 32,
+                        nr,
+                        w.as_ptr().add(g * wstride),
+                        wstride,
+                        a.as_ptr(),
+                        astride,
+                        m,
+                        &mut out[g * ostride..],
+                        ostride,
+                        &mut sc,
+                    )
+                }
+            }
+        });
+        return true;
+    }
     let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q6K) && has_vnni();
     if packable {
         PACKED16.with(|sc| {
@@ -96,6 +121,7 @@ const PACK_MIN_TOKENS: usize = 6;
 
 thread_local! {
     static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
+    static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
 }
 
 /// Geometry of one `vec_dot_block` call.

@@ -22,7 +22,7 @@ pub struct Packed16 {
 }
 
 #[inline(always)]
-unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(super) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
@@ -66,6 +66,36 @@ unsafe fn ld(p: *const u8) -> __m256i {
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
+/// 16 rows × 8 dwords → 8 vectors of 16 rows: `z[r]` holds dwords 0..8 of row r (low
+/// 256 bits) and of row r + 8 (high); out[g] lane r = dword g of row r. One 8×8 dword
+/// transpose per 256-bit half.
+#[inline(always)]
+pub(super) unsafe fn transpose16x8(z: [__m512i; 8]) -> [__m512i; 8] {
+    let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+    let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+    let mut t = [_mm512_setzero_si512(); 8];
+    for k in 0..4 {
+        t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
+        t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
+    }
+    let u = [
+        _mm512_unpacklo_epi64(t[0], t[2]),
+        _mm512_unpackhi_epi64(t[0], t[2]),
+        _mm512_unpacklo_epi64(t[1], t[3]),
+        _mm512_unpackhi_epi64(t[1], t[3]),
+        _mm512_unpacklo_epi64(t[4], t[6]),
+        _mm512_unpackhi_epi64(t[4], t[6]),
+        _mm512_unpacklo_epi64(t[5], t[7]),
+        _mm512_unpackhi_epi64(t[5], t[7]),
+    ];
+    let mut out = [_mm512_setzero_si512(); 8];
+    for g in 0..4 {
+        out[g] = _mm512_permutex2var_epi64(u[g], lo_idx, u[g + 4]);
+        out[4 + g] = _mm512_permutex2var_epi64(u[g], hi_idx, u[g + 4]);
+    }
+    out
+}
+
 /// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`; rows past `nr`
 /// repeat row `nr − 1`, their results are dropped) into `pk`: for each
 /// element group, rows r and r + 8 share a 512-bit vector and one 8×8 dword transpose
@@ -76,8 +106,6 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, nr: usize, i: usize, 
     // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
-        let lo_idx = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
-        let hi_idx = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
         let xb = w.add(i * bb);
         for cb in 0..8 {
             let mut z = [_mm512_setzero_si512(); 8];
@@ -85,25 +113,8 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, nr: usize, i: usize, 
                 let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
                 *zr = join(group_bytes::<SIX>(xb.add(ra * ws), cb), group_bytes::<SIX>(xb.add(rb * ws), cb));
             }
-            let mut t = [_mm512_setzero_si512(); 8];
-            for k in 0..4 {
-                t[2 * k] = _mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
-                t[2 * k + 1] = _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
-            }
-            let u = [
-                _mm512_unpacklo_epi64(t[0], t[2]),
-                _mm512_unpackhi_epi64(t[0], t[2]),
-                _mm512_unpacklo_epi64(t[1], t[3]),
-                _mm512_unpackhi_epi64(t[1], t[3]),
-                _mm512_unpacklo_epi64(t[4], t[6]),
-                _mm512_unpackhi_epi64(t[4], t[6]),
-                _mm512_unpacklo_epi64(t[5], t[7]),
-                _mm512_unpackhi_epi64(t[5], t[7]),
-            ];
-            for g in 0..4 {
-                pk.w[8 * cb + g] = _mm512_permutex2var_epi64(u[g], lo_idx, u[g + 4]);
-                pk.w[8 * cb + 4 + g] = _mm512_permutex2var_epi64(u[g], hi_idx, u[g + 4]);
-            }
+            let t = transpose16x8(z);
+            pk.w[8 * cb..8 * cb + 8].copy_from_slice(&t);
         }
     }
     // SAFETY: as above.

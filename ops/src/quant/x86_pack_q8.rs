@@ -1,0 +1,135 @@
+//! 16-row packed kernel for Q8_0 weights × Q8_0 activations (AVX-512 VNNI, prefill).
+//!
+//! Each 32-weight block of 16 rows is stored as u8 (`w + 128`) interleaved 4 weights ×
+//! 16 rows per vector, so one `vpdpbusd` with a broadcast of 4 activation bytes gives
+//! the 4-weight partial sums of 16 rows; starting it from `−128 · Σ those 4 activations`
+//! removes the offset, leaving exactly the integer each lane of the tile kernel computes.
+//!
+//! Bitwise contract (`x86_tile::tile_32`, ggml's AVX2 form): per block the 8 partial
+//! sums of 4 products are converted to f32 and fused-multiply-added, scaled by
+//! `d_w · d_a`, into the even- or odd-block accumulator of their lane; at the end the
+//! two accumulators are added and the 8 lanes summed as `x86::hsum_ps` does. Here the
+//! lanes are rows and those 8 partial-sum positions are 8 vectors: the same operations
+//! in the same order for every (row, token).
+
+use super::q8::Q8_0_BYTES;
+use super::x86_pack16::{join, transpose16x8};
+use std::arch::x86_64::*;
+
+/// One block of 16 rows: `w[g]` lane r = weights 4g..4g+4 of row r (+128), `d` = d_w.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct PackedQ8 {
+    w: [__m512i; 8],
+    d: __m512,
+}
+
+/// Scratch of [`group16_q8`]: the packed blocks and one token's offset corrections.
+#[derive(Default)]
+pub struct ScratchQ8 {
+    pks: Vec<PackedQ8>,
+    corr: Vec<i32>,
+}
+
+#[inline(always)]
+unsafe fn bcast4(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 4 readable bytes at `p`.
+    _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
+}
+
+#[inline(always)]
+unsafe fn f16(p: *const u8) -> f32 {
+    // SAFETY: the caller guarantees 2 readable bytes at `p`.
+    let bits = unsafe { (p as *const u16).read_unaligned() };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
+}
+
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of Q8_0 weights `w` (stride `ws`, `nb` blocks each)
+/// against `m` Q8_0 activation rows at `a + j·astride`: `out[r·ostride + j]`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
+/// activation rows of `nb` blocks, `out` holds `(nr−1)·ostride + m` floats.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn group16_q8(
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut ScratchQ8,
+) {
+    // SAFETY: an all-zero bit pattern is a valid PackedQ8.
+    let zero: PackedQ8 = unsafe { std::mem::zeroed() };
+    sc.pks.resize(nb, zero);
+    sc.corr.resize(8 * nb, 0);
+    // SAFETY (whole body): the caller's contract; no closures (they would not inherit
+    // the target features).
+    unsafe {
+        let flip = _mm256_set1_epi8(-128);
+        for (i, pk) in sc.pks.iter_mut().enumerate() {
+            let mut z = [_mm512_setzero_si512(); 8];
+            for (r, zr) in z.iter_mut().enumerate() {
+                let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
+                let qa = _mm256_loadu_si256(w.add(ra * ws + i * Q8_0_BYTES + 2) as *const __m256i);
+                let qb = _mm256_loadu_si256(w.add(rb * ws + i * Q8_0_BYTES + 2) as *const __m256i);
+                *zr = join(_mm256_xor_si256(qa, flip), _mm256_xor_si256(qb, flip));
+            }
+            pk.w = transpose16x8(z);
+            let mut d = [0u16; 16];
+            for (r, dr) in d.iter_mut().enumerate() {
+                *dr = (w.add(r.min(nr - 1) * ws + i * Q8_0_BYTES) as *const u16).read_unaligned();
+            }
+            pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
+        }
+        let ones = _mm256_set1_epi8(1);
+        for j in 0..m {
+            let y0 = a.add(j * astride);
+            // −128 · (sum of each 4 activations), the offset of the u8 weights
+            for i in 0..nb {
+                let q = _mm256_loadu_si256(y0.add(i * Q8_0_BYTES + 2) as *const __m256i);
+                let s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<7>(s4));
+                _mm256_storeu_si256(sc.corr.as_mut_ptr().add(8 * i) as *mut __m256i, c);
+            }
+            let mut acc = [[_mm512_setzero_ps(); 2]; 8];
+            for (i, pk) in sc.pks.iter().enumerate() {
+                let y = y0.add(i * Q8_0_BYTES);
+                let dv = _mm512_mul_ps(pk.d, _mm512_set1_ps(f16(y)));
+                for (l, al) in acc.iter_mut().enumerate() {
+                    let init = _mm512_set1_epi32(*sc.corr.get_unchecked(8 * i + l));
+                    let s = _mm512_dpbusd_epi32(init, pk.w[l], bcast4(y.add(2 + 4 * l)));
+                    al[i & 1] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), al[i & 1]);
+                }
+            }
+            // the tile kernel's final sum: parities added, then hsum_ps's tree over lanes
+            let s: [__m512; 8] = [
+                _mm512_add_ps(acc[0][0], acc[0][1]),
+                _mm512_add_ps(acc[1][0], acc[1][1]),
+                _mm512_add_ps(acc[2][0], acc[2][1]),
+                _mm512_add_ps(acc[3][0], acc[3][1]),
+                _mm512_add_ps(acc[4][0], acc[4][1]),
+                _mm512_add_ps(acc[5][0], acc[5][1]),
+                _mm512_add_ps(acc[6][0], acc[6][1]),
+                _mm512_add_ps(acc[7][0], acc[7][1]),
+            ];
+            let t = [
+                _mm512_add_ps(s[0], s[4]),
+                _mm512_add_ps(s[1], s[5]),
+                _mm512_add_ps(s[2], s[6]),
+                _mm512_add_ps(s[3], s[7]),
+            ];
+            let res = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
+            let mut l = [0f32; 16];
+            _mm512_storeu_ps(l.as_mut_ptr(), res);
+            for (r, &x) in l.iter().enumerate().take(nr) {
+                out[r * ostride + j] = x;
+            }
+        }
+    }
+}
