@@ -57,7 +57,7 @@ pub fn vec_dot_block(
         });
         return true;
     }
-    let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q6K) && has_vnni();
+    let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) && has_vnni();
     if packable {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
@@ -74,7 +74,11 @@ pub fn vec_dot_block(
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_pack16::group16(
-                        w_ty == GgmlType::Q6K,
+                        match w_ty {
+                            GgmlType::Q6K => x86_pack16::Q6K,
+                            GgmlType::Q5K => x86_pack16::Q5K,
+                            _ => x86_pack16::Q4K,
+                        },
                         n / 256,
                         nr,
                         w.as_ptr().add(g * wstride),

@@ -32,15 +32,26 @@ unsafe fn bcast4(p: *const u8) -> __m512i {
     _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
 
+/// The formats of the packed kernel (`const F`): the K-quant's bit width.
+pub const Q4K: u8 = 4;
+pub const Q5K: u8 = 5;
+pub const Q6K: u8 = 6;
+
 /// 32 bytes of element group `cb` (elements 32·cb..32·cb+32) of one row of super-block
-/// `x`, as unsigned values (Q4_K 0..15, Q6_K 0..63: `x86_pack::pack`'s `vals`).
+/// `x`, as unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
 #[inline(always)]
-unsafe fn group_bytes<const SIX: bool>(x: *const u8, cb: usize) -> __m256i {
+unsafe fn group_bytes<const F: u8>(x: *const u8, cb: usize) -> __m256i {
     let m4 = _mm256_set1_epi8(0x0f);
-    // SAFETY (whole body): x is a whole Q4_K (qs 128 B @16) / Q6_K (ql 128 B @0, qh
-    // 64 B @128) block.
+    // SAFETY (whole body): x is a whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B @16, qs
+    // 128 B @48) / Q6_K (ql 128 B @0, qh 64 B @128) block.
     unsafe {
-        if SIX {
+        if F == Q5K {
+            // cb = 2c + h: nibble h of qs chunk c, fifth bit = bit cb of each qh byte
+            let q = ld(x.add(48 + 32 * (cb / 2)));
+            let low = if cb % 2 == 0 { _mm256_and_si256(q, m4) } else { _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
+            let hb = _mm256_and_si256(_mm256_srl_epi16(ld(x.add(16)), _mm_cvtsi32_si128(cb as i32)), _mm256_set1_epi8(1));
+            _mm256_or_si256(low, _mm256_slli_epi16(hb, 4))
+        } else if F == Q6K {
             // cb = 4·half + k: low nibbles of ql (k even: bytes 0..32 / 32..64 of the
             // half, k odd: high nibbles), high bits from qh >> 2k
             let (half, k) = (cb / 4, cb % 4);
@@ -101,8 +112,13 @@ pub(super) unsafe fn transpose16x8(z: [__m512i; 8]) -> [__m512i; 8] {
 /// element group, rows r and r + 8 share a 512-bit vector and one 8×8 dword transpose
 /// per 256-bit half gives `x86_pack`'s layout for rows 0..8 (low half) and 8..16 (high).
 #[inline(always)]
-unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
-    let bb = if SIX { super::k_quants::Q6_K_BYTES } else { super::k_quants::Q4_K_BYTES };
+unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
+    use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
+    let bb = match F {
+        Q6K => Q6_K_BYTES,
+        Q5K => Q5_K_BYTES,
+        _ => Q4_K_BYTES,
+    };
     // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
@@ -111,15 +127,15 @@ unsafe fn pack16<const SIX: bool>(w: *const u8, ws: usize, nr: usize, i: usize, 
             let mut z = [_mm512_setzero_si512(); 8];
             for (r, zr) in z.iter_mut().enumerate() {
                 let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
-                *zr = join(group_bytes::<SIX>(xb.add(ra * ws), cb), group_bytes::<SIX>(xb.add(rb * ws), cb));
+                *zr = join(group_bytes::<F>(xb.add(ra * ws), cb), group_bytes::<F>(xb.add(rb * ws), cb));
             }
             let t = transpose16x8(z);
             pk.w[8 * cb..8 * cb + 8].copy_from_slice(&t);
         }
     }
-    // SAFETY: as above.
+    // SAFETY: as above (Q5_K's header is Q4_K's).
     unsafe {
-        if SIX {
+        if F == Q6K {
             q6k_scales16(w.add(i * bb), ws, nr, pk)
         } else {
             q4k_scales16(w.add(i * bb), ws, nr, pk)
@@ -307,7 +323,7 @@ pub struct Scratch16 {
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn group16(
-    six: bool,
+    kind: u8,
     nb: usize,
     nr: usize,
     w: *const u8,
@@ -322,17 +338,17 @@ pub unsafe fn group16(
 ) {
     // SAFETY (whole body): the caller's contract.
     unsafe {
-        if six {
-            run::<true>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next)
-        } else {
-            run::<false>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next)
+        match kind {
+            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
         }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const SIX: bool>(
+unsafe fn run<const F: u8>(
     nb: usize,
     nr: usize,
     w: *const u8,
@@ -350,7 +366,7 @@ unsafe fn run<const SIX: bool>(
     sc.pks.resize(nb, zero);
     for i in 0..nb {
         // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-        unsafe { pack16::<SIX>(w, ws, nr, i, &mut sc.pks[i]) };
+        unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[i]) };
     }
     // The next rows (`next`: pointer, bytes) load while the first token tile computes.
     let mut t0 = 0;
@@ -362,7 +378,15 @@ unsafe fn run<const SIX: bool>(
             ($mm:literal) => {{
                 let mut o = [_mm512_setzero_ps(); $mm];
                 // SAFETY: as above.
-                unsafe { dot16::<SIX, $mm>(&sc.pks, at, astride, &mut o, if t0 == 0 { next } else { None }) };
+                let pf = if t0 == 0 { next } else { None };
+                // SAFETY: as above.
+                unsafe {
+                    if F == Q6K {
+                        dot16::<true, $mm>(&sc.pks, at, astride, &mut o, pf)
+                    } else {
+                        dot16::<false, $mm>(&sc.pks, at, astride, &mut o, pf)
+                    }
+                };
                 for (j, v) in o.iter().enumerate() {
                     let mut l = [0f32; 16];
                     // SAFETY: 16 writable floats.
