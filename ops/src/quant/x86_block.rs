@@ -57,7 +57,7 @@ pub fn vec_dot_block(
         });
         return true;
     }
-    let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K) && has_vnni();
+    let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::IQ4XS) && has_vnni();
     if packable {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
@@ -77,6 +77,7 @@ pub fn vec_dot_block(
                         match w_ty {
                             GgmlType::Q6K => x86_pack16::Q6K,
                             GgmlType::Q5K => x86_pack16::Q5K,
+                            GgmlType::IQ4XS => x86_pack16::IQ4XS,
                             _ => x86_pack16::Q4K,
                         },
                         n / 256,

@@ -36,6 +36,19 @@ unsafe fn bcast4(p: *const u8) -> __m512i {
 pub const Q4K: u8 = 4;
 pub const Q5K: u8 = 5;
 pub const Q6K: u8 = 6;
+/// IQ4_XS (4-bit codes through the non-linear table, 32-element sub-blocks).
+pub const IQ4XS: u8 = 44;
+
+/// IQ4_XS's table plus 128 (unsigned: the kernel removes the offset with the bsums).
+const IQ4NL_U8: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (super::iq4::KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
 
 /// 32 bytes of element group `cb` (elements 32·cb..32·cb+32) of one row of super-block
 /// `x`, as unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
@@ -45,7 +58,13 @@ unsafe fn group_bytes<const F: u8>(x: *const u8, cb: usize) -> __m256i {
     // SAFETY (whole body): x is a whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B @16, qs
     // 128 B @48) / Q6_K (ql 128 B @0, qh 64 B @128) block.
     unsafe {
-        if F == Q5K {
+        if F == IQ4XS {
+            // sub-block cb: 16 code bytes @8+16cb, low nibbles = elements 0..16, high 16..32
+            let t = _mm_loadu_si128(x.add(8 + 16 * cb) as *const __m128i);
+            let codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
+            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
+            _mm256_shuffle_epi8(table, codes)
+        } else if F == Q5K {
             // cb = 2c + h: nibble h of qs chunk c, fifth bit = bit cb of each qh byte
             let q = ld(x.add(48 + 32 * (cb / 2)));
             let low = if cb % 2 == 0 { _mm256_and_si256(q, m4) } else { _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
@@ -115,6 +134,7 @@ pub(super) unsafe fn transpose16x8(z: [__m512i; 8]) -> [__m512i; 8] {
 unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
     use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
     let bb = match F {
+        IQ4XS => super::iq4::IQ4_XS_BYTES,
         Q6K => Q6_K_BYTES,
         Q5K => Q5_K_BYTES,
         _ => Q4_K_BYTES,
@@ -135,7 +155,9 @@ unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: 
     }
     // SAFETY: as above (Q5_K's header is Q4_K's).
     unsafe {
-        if F == Q6K {
+        if F == IQ4XS {
+            iq4xs_scales16(w.add(i * bb), ws, nr, pk)
+        } else if F == Q6K {
             q6k_scales16(w.add(i * bb), ws, nr, pk)
         } else {
             q4k_scales16(w.add(i * bb), ws, nr, pk)
@@ -214,6 +236,28 @@ unsafe fn q4k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
     }
 }
 
+/// IQ4_XS's 8 signed sub-block scales (`ls − 32`), their `(ls, ls)` i16 pairs for the
+/// offset correction, and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes.
+#[inline(always)]
+unsafe fn iq4xs_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
+    // SAFETY (whole body): each row's block is a whole 136-byte IQ4_XS block (d @0,
+    // scales_h @2, scales_l @4); AVX-512 enabled in every caller.
+    unsafe {
+        let h = dwords16(x, ws, nr);
+        let sh = _mm512_srli_epi32::<16>(h[0]);
+        let (f, three, lo16) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3), _mm512_set1_epi32(0xffff));
+        for ib in 0..8 {
+            let lo = _mm512_and_si512(_mm512_srl_epi32(h[1], _mm_cvtsi32_si128(4 * ib as i32)), f);
+            let hi = _mm512_and_si512(_mm512_srl_epi32(sh, _mm_cvtsi32_si128(2 * ib as i32)), three);
+            let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), _mm512_set1_epi32(32));
+            pk.sc[ib] = ls;
+            pk.corr[ib] = _mm512_or_si512(_mm512_and_si512(ls, lo16), _mm512_slli_epi32::<16>(ls));
+        }
+        pk.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
+        pk.dm = _mm512_setzero_ps();
+    }
+}
+
 /// Q6_K's 16 signed scales (sign-extended), their i16 pairs for the offset correction,
 /// and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes (lane r = row r).
 #[inline(always)]
@@ -245,7 +289,7 @@ unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
 /// `M` tokens (activations at `a + j·astride`) against `nb` packed super-blocks:
 /// `out[j]` = the 16 rows' dot products (lane r = row r); the 8-row kernel's steps.
 #[inline(always)]
-unsafe fn dot16<const SIX: bool, const M: usize>(
+unsafe fn dot16<const F: u8, const M: usize>(
     pks: &[Packed16],
     a: *const u8,
     astride: usize,
@@ -253,7 +297,7 @@ unsafe fn dot16<const SIX: bool, const M: usize>(
     pf: Option<(*const u8, usize)>,
 ) {
     let mut sumf = [_mm512_setzero_ps(); M];
-    let (ns, gs) = if SIX { (16, 4) } else { (8, 8) };
+    let (ns, gs) = if F == Q6K { (16, 4) } else { (8, 8) };
     // the next rows' bytes spread over the sub-block steps: a few lines each, so the
     // loads stay in flight instead of overflowing the miss buffers in one burst
     let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
@@ -291,9 +335,11 @@ unsafe fn dot16<const SIX: bool, const M: usize>(
                     c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
                 }
                 let yd = _mm512_set1_ps((y as *const f32).read_unaligned());
-                let term = if SIX {
-                    // dw·yd·(is − 32·off)
-                    let t = _mm512_sub_epi32(isum[j], _mm512_slli_epi32::<5>(c));
+                let term = if F == Q6K || F == IQ4XS {
+                    // dw·yd·(is − off): Q6_K's offset 32 per 16 elements, IQ4_XS's 128
+                    // (the +128 of its unsigned codes) per 32
+                    let off = if F == Q6K { _mm512_slli_epi32::<5>(c) } else { _mm512_slli_epi32::<7>(c) };
+                    let t = _mm512_sub_epi32(isum[j], off);
                     _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(t))
                 } else {
                     // (dw·yd)·is − (dmw·yd)·summ
@@ -339,6 +385,7 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
+            IQ4XS => run::<IQ4XS>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
             Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
             Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
             _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
@@ -382,9 +429,11 @@ unsafe fn run<const F: u8>(
                 // SAFETY: as above.
                 unsafe {
                     if F == Q6K {
-                        dot16::<true, $mm>(&sc.pks, at, astride, &mut o, pf)
+                        dot16::<Q6K, $mm>(&sc.pks, at, astride, &mut o, pf)
+                    } else if F == IQ4XS {
+                        dot16::<IQ4XS, $mm>(&sc.pks, at, astride, &mut o, pf)
                     } else {
-                        dot16::<false, $mm>(&sc.pks, at, astride, &mut o, pf)
+                        dot16::<Q4K, $mm>(&sc.pks, at, astride, &mut o, pf)
                     }
                 };
                 for (j, v) in o.iter().enumerate() {
