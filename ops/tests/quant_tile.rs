@@ -89,7 +89,7 @@ fn tile_throughput() {
     use pn_ops::quant::vec_dot_block;
     let mut rng = Rng(42);
     let (k, rows, toks) = (2048usize, 512usize, 64usize);
-    for ty in [pn_ops::GgmlType::Q4K, pn_ops::GgmlType::Q6K, pn_ops::GgmlType::Q8_0, pn_ops::GgmlType::Q5K, pn_ops::GgmlType::IQ4XS] {
+    for ty in [pn_ops::GgmlType::Q4K, pn_ops::GgmlType::Q6K, pn_ops::GgmlType::Q8_0, pn_ops::GgmlType::Q5K, pn_ops::GgmlType::IQ4XS, pn_ops::GgmlType::Q4_0, pn_ops::GgmlType::MXFP4] {
         let wrb = ty.row_bytes(k).unwrap();
         let w: Vec<u8> = (0..rows).flat_map(|_| random_weight_row(&mut rng, ty, k)).collect();
         let a_ty = vec_dot_type(ty);

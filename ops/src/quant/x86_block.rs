@@ -32,7 +32,14 @@ pub fn vec_dot_block(
     debug_assert!(w.len() >= (rows - 1) * wstride + w_ty.row_bytes(n).unwrap_or(0));
     debug_assert!(a.len() >= (m - 1) * astride);
     debug_assert!(out.len() >= (rows - 1) * ostride + m);
-    if m >= PACK_MIN_TOKENS && w_ty == GgmlType::Q8_0 && has_vnni() {
+    let q8_kind = match w_ty {
+        GgmlType::Q8_0 => Some(x86_pack_q8::Q8_0),
+        GgmlType::Q4_0 => Some(x86_pack_q8::Q4_0),
+        GgmlType::IQ4NL => Some(x86_pack_q8::IQ4NL),
+        GgmlType::MXFP4 => Some(x86_pack_q8::MXFP4),
+        _ => None,
+    };
+    if let (true, Some(kind)) = (m >= PACK_MIN_TOKENS && has_vnni(), q8_kind) {
         PACKED_Q8.with(|sc| {
             let mut sc = sc.borrow_mut();
             for g in (0..rows).step_by(16) {
@@ -41,6 +48,7 @@ pub fn vec_dot_block(
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_pack_q8::group16_q8(
+                        kind,
                         n / 32,
                         nr,
                         w.as_ptr().add(g * wstride),

@@ -1,6 +1,8 @@
-//! 16-row packed kernel for Q8_0 weights × Q8_0 activations (AVX-512 VNNI, prefill).
+//! 16-row packed kernel for the 32-element formats paired with Q8_0 activations (Q8_0,
+//! Q4_0, IQ4_NL, MXFP4; AVX-512 VNNI, prefill).
 //!
-//! Each 32-weight block of 16 rows is stored as u8 (`w + 128`) interleaved 4 weights ×
+//! Each 32-weight block of 16 rows is stored as u8 (`w + 128`, w the block's signed
+//! integers as `x86_tile::tile_32` gets them) interleaved 4 weights ×
 //! 16 rows per vector, so one `vpdpbusd` with a broadcast of 4 activation bytes gives
 //! the 4-weight partial sums of 16 rows; starting it from `−128 · Σ those 4 activations`
 //! removes the offset, leaving exactly the integer each lane of the tile kernel computes.
@@ -12,8 +14,59 @@
 //! lanes are rows and those 8 partial-sum positions are 8 vectors: the same operations
 //! in the same order for every (row, token).
 
+use super::iq4::{IQ4_NL_BYTES, KVALUES_IQ4NL};
+use super::legacy::Q4_0_BYTES;
+use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
 use super::x86_pack16::{join, transpose16x8};
+
+/// The weight formats of [`group16_q8`] (`const F`).
+pub const Q8_0: u8 = 0;
+pub const Q4_0: u8 = 1;
+pub const IQ4NL: u8 = 2;
+pub const MXFP4: u8 = 3;
+
+/// Bytes of one block of format `F`.
+const fn block_bytes(f: u8) -> usize {
+    match f {
+        Q4_0 => Q4_0_BYTES,
+        IQ4NL => IQ4_NL_BYTES,
+        MXFP4 => MXFP4_BYTES,
+        _ => Q8_0_BYTES,
+    }
+}
+
+/// The 32 signed weight integers of block `x` (as `x86_tile::tile_32`'s `ints`).
+#[inline(always)]
+unsafe fn ints<const F: u8>(x: *const u8) -> __m256i {
+    // SAFETY (whole body): x is a whole block of format F.
+    unsafe {
+        let nib = |p: *const u8| {
+            let t = _mm_loadu_si128(p as *const __m128i);
+            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f))
+        };
+        let table = |t: &[i8; 16]| _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i));
+        match F {
+            Q4_0 => _mm256_sub_epi8(nib(x.add(2)), _mm256_set1_epi8(8)),
+            IQ4NL => _mm256_shuffle_epi8(table(&KVALUES_IQ4NL), nib(x.add(2))),
+            MXFP4 => _mm256_shuffle_epi8(table(&KVALUES_MXFP4), nib(x.add(1))),
+            _ => _mm256_loadu_si256(x.add(2) as *const __m256i),
+        }
+    }
+}
+
+/// The block's float scale (`tile_32`'s `dw`).
+#[inline(always)]
+unsafe fn dw<const F: u8>(x: *const u8) -> f32 {
+    // SAFETY: x is a whole block of format F.
+    unsafe {
+        if F == MXFP4 {
+            e8m0_to_f32_half(*x)
+        } else {
+            f16(x)
+        }
+    }
+}
 use std::arch::x86_64::*;
 
 /// One block of 16 rows: `w[g]` lane r = weights 4g..4g+4 of row r (+128), `d` = d_w.
@@ -44,7 +97,7 @@ unsafe fn f16(p: *const u8) -> f32 {
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
-/// Rows `0..nr` (1 ≤ nr ≤ 16) of Q8_0 weights `w` (stride `ws`, `nb` blocks each)
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of `kind` weights `w` (stride `ws`, `nb` blocks each)
 /// against `m` Q8_0 activation rows at `a + j·astride`: `out[r·ostride + j]`.
 ///
 /// # Safety
@@ -53,6 +106,32 @@ unsafe fn f16(p: *const u8) -> f32 {
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn group16_q8(
+    kind: u8,
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut ScratchQ8,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match kind {
+            Q4_0 => run::<Q4_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+            IQ4NL => run::<IQ4NL>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+            MXFP4 => run::<MXFP4>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+            _ => run::<Q8_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run<const F: u8>(
     nb: usize,
     nr: usize,
     w: *const u8,
@@ -76,16 +155,17 @@ pub unsafe fn group16_q8(
             let mut z = [_mm512_setzero_si512(); 8];
             for (r, zr) in z.iter_mut().enumerate() {
                 let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
-                let qa = _mm256_loadu_si256(w.add(ra * ws + i * Q8_0_BYTES + 2) as *const __m256i);
-                let qb = _mm256_loadu_si256(w.add(rb * ws + i * Q8_0_BYTES + 2) as *const __m256i);
+                let bb = block_bytes(F);
+                let qa = ints::<F>(w.add(ra * ws + i * bb));
+                let qb = ints::<F>(w.add(rb * ws + i * bb));
                 *zr = join(_mm256_xor_si256(qa, flip), _mm256_xor_si256(qb, flip));
             }
             pk.w = transpose16x8(z);
-            let mut d = [0u16; 16];
+            let mut d = [0f32; 16];
             for (r, dr) in d.iter_mut().enumerate() {
-                *dr = (w.add(r.min(nr - 1) * ws + i * Q8_0_BYTES) as *const u16).read_unaligned();
+                *dr = dw::<F>(w.add(r.min(nr - 1) * ws + i * block_bytes(F)));
             }
-            pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
+            pk.d = _mm512_loadu_ps(d.as_ptr());
         }
         let ones = _mm256_set1_epi8(1);
         for j in 0..m {
