@@ -11,10 +11,12 @@
 //!   (transfers to a host die, the graph output, observer copies: [`Backend::download`]),
 //!   runs ops on slot ids ([`Backend::execute_resident`]) and moves layer states
 //!   explicitly ([`Backend::state_upload`] / [`Backend::state_download`] /
-//!   [`Backend::state_release`], keyed by [`StateKey`]; crate::state::resident).
+//!   [`Backend::state_release`], keyed by [`StateKey`]; crate::state::resident), resets
+//!   them in place ([`Backend::state_reset`]) and copies out only what a snapshot needs
+//!   ([`Backend::state_snapshot`]).
 
 use crate::graph::Node;
-use pn_ops::{DType, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value, WeightView};
+use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value, WeightView};
 use std::any::Any;
 
 /// A buffer slot of the runner's memory plan on one die. `arena` is unique per (runner,
@@ -223,6 +225,21 @@ pub trait Backend: Send + Sync {
     }
     /// Drops the backend's copy of `key` (the host owns it again, or the state is gone).
     fn state_release(&self, _key: StateKey) {}
+    /// Resets the backend's copy of `key` in place to what a fresh `LayerState` of its
+    /// geometry holds (KV cells and shadows zero, conv window and ssm state zero; modes
+    /// kept): `SeqState::reset` without a host round trip, the backend stays the owner.
+    /// `Ok(false)`: not supported; the caller releases the copy and resets the host one.
+    fn state_reset(&self, _key: StateKey) -> Result<bool, OpError> {
+        Ok(false)
+    }
+    /// Copies out of the backend's `key` only what [`LayerState::snapshot`]`(pos)` holds
+    /// (the used KV cells `min(pos, capacity)` per head, the sink / window shadows a
+    /// later query can read, the whole recurrent state), bitwise that snapshot. The
+    /// backend's copy stays. `Ok(None)`: not supported; the caller downloads the whole
+    /// state ([`Backend::state_download`]) and snapshots the host copy.
+    fn state_snapshot(&self, _key: StateKey, _pos: usize) -> Result<Option<LayerSnapshot>, OpError> {
+        Ok(None)
+    }
     /// Before a segment's ops on this die (CUDA: begin capture, or replay).
     fn begin_segment(&self, _seg: &SegmentRun) -> Result<(), OpError> {
         Ok(())

@@ -207,7 +207,8 @@ impl PrefixCache {
         let cut = |b: usize| b.is_multiple_of(ub) || (on_iv(b) && end - b >= MIN_TAIL);
         let mut p = 0;
         let hit = on.then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
-        // restore / reset drop a resident backend's copies (the next pass uploads)
+        // restore drops a resident backend's copies (the next pass uploads); reset
+        // resets them in place where the backend can
         if let Some((n, snap)) = hit {
             if st.restore(&snap).is_ok() {
                 p = n;

@@ -59,12 +59,18 @@ impl SeqState {
     pub fn new(layers: Vec<LayerState>, max_seq: usize) -> SeqState {
         SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error, res: resident::Residency::new() }
     }
-    /// Back to a fresh sequence (overflow mode and KV format are kept). A device copy is
-    /// dropped, not read: the host's fresh state is uploaded by the next pass.
+    /// Back to a fresh sequence (overflow mode and KV format are kept). A device-owned
+    /// layer is reset in place where its backend can ([`crate::Backend::state_reset`]:
+    /// no host round trip, it stays there); otherwise its device copy is dropped, not
+    /// read, and the host's fresh state is uploaded by the next pass.
     pub fn reset(&mut self) {
         self.pos = 0;
-        self.drop_device_copies();
-        self.layers.iter_mut().for_each(LayerState::reset);
+        let on_device = self.reset_device_copies();
+        for (l, st) in self.layers.iter_mut().enumerate() {
+            if !on_device.get(l).copied().unwrap_or(false) {
+                st.reset();
+            }
+        }
     }
     /// Number of layer states.
     pub fn n_layers(&self) -> usize {
@@ -127,10 +133,10 @@ impl SeqState {
     }
     /// Copy of the state; costs the used cells, not `max_seq`. A layer a resident
     /// backend owns is copied from it (it stays there).
+    /// Only the snapshot's part of a device-owned layer crosses to the host where its
+    /// backend can ([`crate::Backend::state_snapshot`]), else the whole layer.
     pub fn snapshot(&self) -> Result<StateSnapshot, MoveError> {
-        let layers = (0..self.layers.len())
-            .map(|i| Ok(self.current(i)?.snapshot(self.pos)))
-            .collect::<Result<_, MoveError>>()?;
+        let layers = (0..self.layers.len()).map(|i| self.layer_snapshot(i)).collect::<Result<_, MoveError>>()?;
         Ok(StateSnapshot { pos: self.pos, max_seq: self.max_seq, overflow: self.overflow, layers })
     }
     /// Put a snapshot of this sequence (or of one with the same geometry and KV format)

@@ -11,7 +11,7 @@
 
 use crate::backend::{store_into, Backend, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
 use crate::graph::Node;
-use pn_ops::{DType, LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
+use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
 use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,6 +29,11 @@ pub struct MockCounts {
     pub state_download_bytes: u64,
     pub state_copies: u64,
     pub state_releases: u64,
+    /// In-place resets (`state_reset`: nothing crosses to or from the host).
+    pub state_resets: u64,
+    /// Ranged snapshot copies (`state_snapshot`) and the bytes they moved to the host.
+    pub state_snapshots: u64,
+    pub state_snapshot_bytes: u64,
     /// Die-to-die copies received through `copy_from`.
     pub device_copies: u64,
     pub device_copy_bytes: u64,
@@ -52,6 +57,8 @@ pub enum Fail {
     Execute(&'static str),
     StateUpload,
     StateDownload,
+    StateReset,
+    StateSnapshot,
 }
 
 struct Slot {
@@ -385,6 +392,23 @@ impl Backend for ResidentMock {
         s.states.insert(to, st);
         s.counts.state_copies += 1;
         Ok(true)
+    }
+    /// In place (the host copy stays poisoned: the mock still owns the state).
+    fn state_reset(&self, key: StateKey) -> Result<bool, OpError> {
+        let mut s = self.lock();
+        s.fail(&Fail::StateReset)?;
+        s.states.get_mut(&key).ok_or_else(|| err(format!("state {key:?} is not held")))?.reset();
+        s.counts.state_resets += 1;
+        Ok(true)
+    }
+    /// Only the snapshot's part crosses (its bytes are counted).
+    fn state_snapshot(&self, key: StateKey, pos: usize) -> Result<Option<LayerSnapshot>, OpError> {
+        let mut s = self.lock();
+        s.fail(&Fail::StateSnapshot)?;
+        let snap = s.states.get(&key).ok_or_else(|| err(format!("state {key:?} is not held")))?.snapshot(pos);
+        s.counts.state_snapshots += 1;
+        s.counts.state_snapshot_bytes += snap.bytes() as u64;
+        Ok(Some(snap))
     }
     fn state_release(&self, key: StateKey) {
         let mut s = self.lock();

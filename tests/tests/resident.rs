@@ -241,8 +241,12 @@ fn backend_errors_are_run_errors_naming_the_node_or_slot() {
     mock.fail_next(Fail::StateDownload);
     let e = r.sync_state(&mut st).unwrap_err();
     assert!(matches!(&e, RunError::StateMove(m) if m.action == "download"), "{e}");
-    mock.fail_next(Fail::StateDownload);
+    mock.fail_next(Fail::StateSnapshot);
     assert!(st.snapshot().is_err());
+    mock.fail_next(Fail::StateReset);
+    st.reset();
+    assert!(st.owner(0).is_none() && st.owner(1).is_some(), "a failed in-place reset releases that layer's device copy only");
+    assert!(r.forward(&mut st, &p, false).unwrap() == want, "after a failed in-place reset");
     assert!(st.snapshot().is_ok() && r.sync_state(&mut st).is_ok());
 }
 

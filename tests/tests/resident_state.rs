@@ -190,3 +190,134 @@ fn the_observer_gets_the_cpu_values() {
     });
     assert!(mock.counts().downloads > 40, "observer copies are downloads: {:?}", mock.counts());
 }
+
+/// What a snapshot at `pos` of these layers holds: the used KV cells of every head, the
+/// sink / window shadows a later query can read, the whole recurrent states.
+fn snapshot_bound(layers: &[pn_ops::LayerState], pos: usize) -> usize {
+    layers
+        .iter()
+        .map(|l| match l {
+            pn_ops::LayerState::Kv(k) => {
+                let sh = (pos.min(k.shadow.sink) + pos.min(k.shadow.window)) * k.head_dim * 2;
+                2 * k.n_head_kv * (pos.min(k.capacity) * k.ty.row_bytes(k.head_dim) + sh)
+            }
+            l => l.bytes(),
+        })
+        .sum()
+}
+
+#[test]
+fn an_in_place_reset_matches_a_fresh_cpu_state_without_uploads() {
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let (a, b) = (prompt(&cpu, 3, 9), prompt(&cpu, 4, 6));
+        let want = cpu.forward(&mut cpu.new_state(64), &b, false).unwrap().data;
+        let mut st = res.new_state(64);
+        res.forward(&mut st, &a, false).unwrap();
+        let held = mock.held_states();
+        assert!(held > 0 && st.is_resident());
+        mock.reset_counts();
+        st.reset();
+        let k = mock.counts();
+        assert_eq!((k.state_resets, k.state_releases, k.state_downloads, k.state_uploads), (held as u64, 0, 0, 0), "{name}: {k:?}");
+        assert!(st.is_resident() && mock.held_states() == held, "{name}: the reset state stays on the device");
+        let got = res.forward(&mut st, &b, false).unwrap().data;
+        assert!(finite(std::slice::from_ref(&got)) && got == want, "{name}: a reset state differs from a fresh one");
+        let k = mock.counts();
+        assert_eq!((k.state_uploads, k.state_upload_bytes, k.state_downloads), (0, 0, 0), "{name}: {k:?}");
+        // and the state equals a fresh CPU state after the same tokens
+        let mut c = cpu.new_state(64);
+        cpu.forward(&mut c, &b, false).unwrap();
+        assert!(st == c, "{name}: state after reset + prefill");
+        drop(st);
+        assert_eq!(mock.held_states(), 0);
+    }
+}
+
+#[test]
+fn ranged_snapshots_move_only_the_used_cells() {
+    const CAP: usize = 2048;
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let p = prompt(&cpu, 5, 11);
+        let (mut c, mut st) = (cpu.new_state(CAP), res.new_state(CAP));
+        cpu.forward(&mut c, &p, false).unwrap();
+        res.forward(&mut st, &p, false).unwrap();
+        mock.reset_counts();
+        let snap = st.snapshot().unwrap();
+        let k = mock.counts();
+        let bound = snapshot_bound(c.layers().unwrap(), p.len());
+        let full = st.bytes();
+        assert_eq!(k.state_downloads, 0, "{name}: {k:?}");
+        assert!(k.state_snapshots > 0 && k.state_snapshot_bytes as usize == snap.bytes(), "{name}: {k:?}");
+        assert!(snap.bytes() <= bound, "{name}: {} > {bound}", snap.bytes());
+        // the KV part: the used cells and shadows, far under the cache's capacity
+        let kv_snap: usize = snap.layers.iter().filter(|l| matches!(l, pn_ops::LayerSnapshot::Kv(_))).map(|l| l.bytes()).sum();
+        let kv_full = st.kv_bytes();
+        assert!(kv_snap * 20 < kv_full, "{name}: KV snapshot {kv_snap} B of a {kv_full} B cache");
+        assert!(snap.bytes() < full, "{name}: snapshot {} B of a {full} B state", snap.bytes());
+        eprintln!(
+            "{name}: snapshot of {} tokens, capacity {CAP}: {} B moved (KV {kv_snap} B; bound {bound} B), whole state {full} B (KV {kv_full} B)",
+            p.len(),
+            snap.bytes()
+        );
+        assert!(snap == c.snapshot().unwrap(), "{name}: ranged snapshot differs from the CPU's");
+        // restore (into the state and into a fresh one) continues like the CPU
+        let want: Vec<Vec<f32>> = (1..4).map(|t| cpu.forward(&mut c, &[t], false).unwrap().data).collect();
+        for mut s in [st, res.new_state(CAP)] {
+            s.restore(&snap).unwrap();
+            let got: Vec<Vec<f32>> = (1..4).map(|t| res.forward(&mut s, &[t], false).unwrap().data).collect();
+            assert!(got == want, "{name}: restored from a ranged snapshot");
+        }
+        assert_eq!(mock.held_states(), 0);
+    }
+}
+
+#[test]
+fn prefix_cache_snapshots_are_ranged() {
+    const CAP: usize = 2048;
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let cfg = PrefixCacheConfig { budget_bytes: 256 << 20, interval: 8, snapshot_end: true };
+        let a = prompt(&cpu, 7, 40);
+        let mut b = a[..16].to_vec();
+        b.extend(prompt(&cpu, 8, 20));
+        let run = |r: &Runner| {
+            let mut pc = PrefixCache::new(cfg);
+            let mut st = r.new_state(CAP);
+            let mut rows = vec![pc.prefill(r, &mut st, &a).unwrap().logits];
+            let pb = pc.prefill(r, &mut st, &b).unwrap();
+            assert_eq!(pb.reused, 16, "{name}");
+            rows.push(pb.logits);
+            rows.push(r.forward(&mut st, &[3], false).unwrap().data);
+            (rows, pc.bytes(), pc.prefixes(), st.bytes())
+        };
+        let (want, cpu_bytes, _, _) = run(&cpu);
+        mock.reset_counts();
+        let (got, held, prefixes, full) = run(&res);
+        let k = mock.counts();
+        assert!(finite(&got) && got == want, "{name}: prefix cache through ranged snapshots");
+        assert_eq!(held, cpu_bytes, "{name}");
+        assert_eq!(k.state_downloads, 0, "{name}: {k:?}");
+        // every snapshot the cache holds came through the ranged path, nothing more
+        let mut geo = cpu.new_state(CAP);
+        let layers = geo.layers().unwrap();
+        let bound: usize = prefixes.iter().map(|&n| snapshot_bound(layers, n)).sum();
+        assert!(k.state_snapshots > 0 && k.state_snapshot_bytes as usize <= bound, "{name}: {k:?}, bound {bound}");
+        assert!(k.state_snapshot_bytes as usize <= held, "{name}: {k:?}, held {held}");
+        // a whole download per snapshot would have moved `full` bytes each
+        assert!((k.state_snapshot_bytes as usize) * 4 < prefixes.len() * full, "{name}: {k:?}, full state {full} B");
+        eprintln!(
+            "{name}: prefix cache: snapshots at {prefixes:?}: {} B moved (bound {bound} B), whole downloads would move {} B",
+            k.state_snapshot_bytes,
+            prefixes.len() * full
+        );
+        assert_eq!(mock.held_states(), 0);
+    }
+}

@@ -158,6 +158,11 @@ pub struct ResidentStats {
     pub state_downloads: u64,
     pub state_copies: u64,
     pub state_releases: u64,
+    /// In-place resets (`state_reset`: device memsets, nothing crosses the bus).
+    pub state_resets: u64,
+    /// Ranged snapshot copies (`state_snapshot`) and the bytes they brought to the host.
+    pub state_snapshots: u64,
+    pub state_snapshot_bytes: u64,
     /// Ops run (`execute_resident`, `execute_multi_resident`) and commands they issued.
     pub ops: u64,
     pub commands: u64,

@@ -11,12 +11,12 @@
 //! and `check_positions` work on it, and they are all that the host copy's bookkeeping
 //! holds (cell contents are addressed by position; the positions come with each batch).
 
-use crate::device::{ptr_of, Device};
+use crate::device::{drv, ptr_of, Device};
 use crate::exec::Buf;
 use crate::CudaError;
 use cudarc::driver::{CudaSlice, DeviceRepr};
-use pn_ops::state::Shadows;
-use pn_ops::{KvCache, KvType, LayerState, RecurrentState};
+use pn_ops::state::{KvSnapshot, Shadows};
+use pn_ops::{KvCache, KvType, LayerSnapshot, LayerState, RecurrentState};
 
 /// Device copy of a KV cache (see the module doc).
 pub struct DevKv {
@@ -347,6 +347,149 @@ impl DevRec {
     }
 }
 
+/// Zeroes a device buffer (stream-ordered; its address is kept, so captured graphs that
+/// name it stay valid).
+fn zero(d: &Device, buf: &mut CudaSlice<u8>) -> Result<(), CudaError> {
+    d.stream.memset_zeros(buf).map_err(drv)
+}
+
+/// `n` chunks of `chunk` elements from `src`, chunk `i` at byte `i * stride`, into `dst`
+/// back to back: asynchronous copies, then one synchronize (the data is in `dst` on return).
+fn dtoh_strided<T: DeviceRepr>(
+    d: &Device,
+    dst: &mut [T],
+    src: Buf,
+    chunk: usize,
+    stride: usize,
+    n: usize,
+) -> Result<(), CudaError> {
+    let cb = chunk * std::mem::size_of::<T>();
+    if cb == 0 || n == 0 {
+        return Ok(());
+    }
+    if dst.len() != n * chunk || (n - 1) * stride + cb > src.bytes {
+        return Err(CudaError::Driver(format!(
+            "strided download of {n} x {cb} bytes (stride {stride}) from {} bytes",
+            src.bytes
+        )));
+    }
+    for (i, out) in dst.chunks_exact_mut(chunk).enumerate() {
+        // SAFETY: `src` is a live allocation holding chunk `i` (checked above); `dst`
+        // stays borrowed until the synchronize below has returned.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                out,
+                src.ptr + (i * stride) as u64,
+                d.stream.cu_stream(),
+            )
+        }
+        .map_err(drv)?;
+    }
+    d.stream.synchronize().map_err(drv)
+}
+
+impl DevKv {
+    /// Back to a fresh cache of the same geometry: every cell and shadow zero.
+    pub fn reset(&mut self, d: &Device) -> Result<(), CudaError> {
+        if self.stage.is_some() {
+            return Err(CudaError::Driver("reset of a host-protocol KV copy".into()));
+        }
+        self.mem.iter_mut().try_for_each(|m| zero(d, m))
+    }
+
+    /// [`KvCache::snapshot`]`(pos)` of the device copy, moving only what it holds: the
+    /// used cells `min(pos, capacity)` of every head and the sink / window shadows of the
+    /// positions a later query can read.
+    pub fn snapshot(&self, d: &Device, pos: usize) -> Result<KvSnapshot, CudaError> {
+        let g = &self.geo;
+        if self.stage.is_some() || self.ncells != g.capacity {
+            return Err(CudaError::Driver(
+                "snapshot of a host-protocol KV copy".into(),
+            ));
+        }
+        let (hkv, dd, cap) = (g.n_head_kv, g.head_dim, g.capacity);
+        let rb = g.ty.row_bytes(dd);
+        let used = pos.min(cap);
+        let sh = &g.shadow;
+        let (n_sink, n_win) = (pos.min(sh.sink), pos.min(sh.window));
+        let mut s = KvSnapshot {
+            ty: g.ty,
+            pos,
+            used,
+            sink: sh.sink,
+            window: sh.window,
+            ..Default::default()
+        };
+        let b = |i: usize| ptr_of(&self.mem[i]);
+        if g.ty == KvType::F32 {
+            s.k = vec![0.0; hkv * used * dd];
+            s.v = vec![0.0; hkv * used * dd];
+            dtoh_strided(d, &mut s.k, b(0), used * dd, cap * rb, hkv)?;
+            dtoh_strided(d, &mut s.v, b(1), used * dd, cap * rb, hkv)?;
+        } else {
+            s.kq = vec![0; hkv * used * rb];
+            s.vq = vec![0; hkv * used * rb];
+            dtoh_strided(d, &mut s.kq, b(0), used * rb, cap * rb, hkv)?;
+            dtoh_strided(d, &mut s.vq, b(1), used * rb, cap * rb, hkv)?;
+        }
+        // shadows: per head the sink rows `< n_sink`, then the window rows of positions
+        // `pos - n_win .. pos` (a ring of `slots` rows: at most two runs per head)
+        let per_head = (n_sink + n_win) * dd;
+        let mut ks = vec![0u16; hkv * per_head];
+        let mut vs = vec![0u16; hkv * per_head];
+        if n_sink > 0 {
+            let mut a = vec![0u16; hkv * n_sink * dd];
+            for (i, dst) in [&mut ks, &mut vs].into_iter().enumerate() {
+                dtoh_strided(d, &mut a, b(2 + i), n_sink * dd, 2 * sh.sink * dd, hkv)?;
+                for h in 0..hkv {
+                    dst[h * per_head..h * per_head + n_sink * dd]
+                        .copy_from_slice(&a[h * n_sink * dd..(h + 1) * n_sink * dd]);
+                }
+            }
+        }
+        if n_win > 0 {
+            // the whole window ring (`slots` rows per head: small, bounded by the window)
+            let mut a = vec![0u16; hkv * sh.slots * dd];
+            for (i, dst) in [&mut ks, &mut vs].into_iter().enumerate() {
+                d.dtoh(&mut a, b(4 + i))?;
+                for h in 0..hkv {
+                    for (r, j) in (pos - n_win..pos).enumerate() {
+                        let o = (h * sh.slots + j % sh.slots) * dd;
+                        let t = h * per_head + (n_sink + r) * dd;
+                        dst[t..t + dd].copy_from_slice(&a[o..o + dd]);
+                    }
+                }
+            }
+        }
+        s.k_sh = ks;
+        s.v_sh = vs;
+        Ok(s)
+    }
+}
+
+impl DevRec {
+    /// Back to a fresh state: conv window and ssm state zero.
+    pub fn reset(&mut self, d: &Device) -> Result<(), CudaError> {
+        zero(d, &mut self.conv)?;
+        zero(d, &mut self.ssm)
+    }
+
+    /// The whole state as a host `RecurrentState` (its snapshot).
+    pub fn snapshot(&self, d: &Device) -> Result<RecurrentState, CudaError> {
+        let mut r = RecurrentState {
+            conv: vec![0.0; self.conv.len() / 4],
+            conv_channels: self.conv_channels,
+            ssm: vec![0.0; self.ssm.len() / 4],
+            n_v_heads: self.n_v_heads,
+            head_k_dim: self.head_k_dim,
+            head_v_dim: self.head_v_dim,
+        };
+        d.dtoh(&mut r.conv, ptr_of(&self.conv))?;
+        d.dtoh(&mut r.ssm, ptr_of(&self.ssm))?;
+        Ok(r)
+    }
+}
+
 /// A device copy of `src` (a fork), stream-ordered after the work issued so far.
 fn dup(d: &Device, src: &CudaSlice<u8>) -> Result<CudaSlice<u8>, CudaError> {
     let dst = d.alloc_raw(src.len())?;
@@ -378,6 +521,22 @@ impl DevState {
             (DevState::None, LayerState::None) => Ok(()),
             _ => Err(mismatch("kind")),
         }
+    }
+    /// Back to a fresh state of the same geometry, in place (`SeqState::reset`).
+    pub fn reset(&mut self, d: &Device) -> Result<(), CudaError> {
+        match self {
+            DevState::Kv(k) => k.reset(d),
+            DevState::Rec(r) => r.reset(d),
+            DevState::None => Ok(()),
+        }
+    }
+    /// `LayerState::snapshot(pos)` of the device state, copying only its part.
+    pub fn snapshot(&self, d: &Device, pos: usize) -> Result<LayerSnapshot, CudaError> {
+        Ok(match self {
+            DevState::Kv(k) => LayerSnapshot::Kv(k.snapshot(d, pos)?),
+            DevState::Rec(r) => LayerSnapshot::Recurrent(r.snapshot(d)?),
+            DevState::None => LayerSnapshot::None,
+        })
     }
     /// A copy on the device (`SeqState::clone`).
     pub fn fork(&self, d: &Device) -> Result<DevState, CudaError> {

@@ -284,6 +284,16 @@ impl Backend for CudaBackend {
     fn state_release(&self, key: StateKey) {
         self.state_drop(key)
     }
+    fn state_reset(&self, key: StateKey) -> Result<bool, OpError> {
+        self.state_zero(key)
+    }
+    fn state_snapshot(
+        &self,
+        key: StateKey,
+        pos: usize,
+    ) -> Result<Option<pn_ops::LayerSnapshot>, OpError> {
+        self.state_snap(key, pos)
+    }
     fn begin_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
         self.seg_begin(seg)
     }

@@ -16,7 +16,7 @@ use crate::tables::{Keyed, SlotMem, SlotTable};
 use crate::{CudaBackend, CudaError};
 use cudarc::driver::{result, CudaEvent, CudaSlice, PinnedHostSlice};
 use pn_engine::{Backend, ResidentInput, SlotId, SlotSpec, StateKey};
-use pn_ops::{DType, LayerState, Op, OpError, Tensor, TensorData, TensorMeta};
+use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Tensor, TensorData, TensorMeta};
 use std::sync::MutexGuard;
 
 /// A slot's device buffer, and its pinned staging for uploads (made on first upload;
@@ -431,6 +431,41 @@ impl CudaBackend {
             .map_err(err(OP))?;
         r.stats.state_copies += 1;
         Ok(true)
+    }
+
+    pub(crate) fn state_zero(&self, key: StateKey) -> Result<bool, OpError> {
+        const OP: &str = "state_reset";
+        let (_g, mut r) = self.res(OP)?;
+        let ce = |e| to_op_error(OP, e);
+        r.flush(&self.dev).map_err(ce)?;
+        r.states
+            .get_mut(key)
+            .map_err(err(OP))?
+            .reset(&self.dev)
+            .map_err(ce)?;
+        r.stats.state_resets += 1;
+        Ok(true)
+    }
+
+    pub(crate) fn state_snap(
+        &self,
+        key: StateKey,
+        pos: usize,
+    ) -> Result<Option<LayerSnapshot>, OpError> {
+        const OP: &str = "state_snapshot";
+        let (_g, mut r) = self.res(OP)?;
+        let ce = |e| to_op_error(OP, e);
+        r.flush(&self.dev).map_err(ce)?;
+        let s = r
+            .states
+            .get(key)
+            .map_err(err(OP))?
+            .snapshot(&self.dev, pos)
+            .map_err(ce)?;
+        r.stats.state_snapshots += 1;
+        r.stats.state_snapshot_bytes += s.bytes() as u64;
+        r.stats.syncs += 1;
+        Ok(Some(s))
     }
 
     pub(crate) fn state_drop(&self, key: StateKey) {

@@ -6,9 +6,11 @@
 //! shape; a test backend fills it with NaN). Moves:
 //! - the runner places each layer on the backend of the die whose ops use it before a
 //!   pass (`SeqState::place`: upload; from another backend: home first);
-//! - host readers (snapshot, clone, `==`) copy from the owner without moving it;
+//! - host readers (snapshot, clone, `==`) copy from the owner without moving it (a
+//!   snapshot only the part it holds, where the owner can: [`Backend::state_snapshot`]);
 //! - host writers bring the layer home ([`SeqState::sync`], `layers_mut`, `set_overflow`)
-//!   or drop the device copy when they overwrite everything (`reset`, `restore`);
+//!   or drop the device copy when they overwrite everything (`restore`; `reset` resets
+//!   it in place where the owner can, [`Backend::state_reset`]);
 //! - dropping the state releases its device copies.
 //!
 //! Moving a `SeqState` value (slots bind / unbind / move / compact / resize, the async
@@ -16,7 +18,7 @@
 
 use super::SeqState;
 use crate::backend::{Backend, StateKey};
-use pn_ops::{LayerState, OpError};
+use pn_ops::{LayerSnapshot, LayerState, OpError};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -164,6 +166,44 @@ impl SeqState {
                 Ok(Cow::Owned(c))
             }
         }
+    }
+
+    /// Resets every device-owned layer in place on its backend
+    /// ([`Backend::state_reset`]); a layer whose backend cannot (or fails) is released to
+    /// the host. Returns, per layer, whether it is still device-owned (reset there): the
+    /// caller resets the others' host copies.
+    pub(crate) fn reset_device_copies(&mut self) -> Vec<bool> {
+        let mut kept = vec![false; self.res.at.len()];
+        for (l, k) in kept.iter_mut().enumerate() {
+            let Some(b) = self.res.owner(l).cloned() else { continue };
+            let key = self.key(l);
+            if matches!(b.state_reset(key), Ok(true)) {
+                *k = true;
+            } else {
+                b.state_release(key);
+                self.res.set(l, self.layers.len(), None);
+            }
+        }
+        if !kept.iter().any(|&k| k) {
+            self.res.at.clear();
+        }
+        kept
+    }
+
+    /// Layer `l`'s snapshot at the current position: from the host copy, or from its
+    /// owner (ranged where it can, [`Backend::state_snapshot`], else a whole download).
+    pub(crate) fn layer_snapshot(&self, l: usize) -> Result<LayerSnapshot, MoveError> {
+        if let Some(b) = self.res.owner(l) {
+            let key = self.key(l);
+            if let Some(s) = b.state_snapshot(key, self.pos).map_err(|e| move_err(l, "snapshot", &**b, e))? {
+                if !self.layers[l].accepts(&s) {
+                    let e = OpError::Invalid { op: "state_snapshot", msg: "snapshot of another geometry than the layer's".into() };
+                    return Err(move_err(l, "snapshot", &**b, e));
+                }
+                return Ok(s);
+            }
+        }
+        Ok(self.current(l)?.snapshot(self.pos))
     }
 
     /// Drops every device copy: the host is about to overwrite all layers.
