@@ -28,7 +28,7 @@ pub use backend::{
     f32_out, i32_out, store_into, Backend, ReferenceBackend, ResidentInput, SegmentRun, SlotId, SlotSpec,
     StateKey, Support,
 };
-pub use gguf::{Gguf, GgufError, MetaValue, TensorInfo};
+pub use gguf::{Gguf, GgufError, LoadMode, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};
 pub use model::{Geometry, LayerInfo, Model};
 pub use runner::{RunError, Runner};

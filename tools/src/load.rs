@@ -6,7 +6,7 @@ use pn_engine::planner::{DeviceKind, Placement, PlacementError};
 use pn_engine::runner::Die;
 use pn_engine::state::kv;
 use pn_engine::tokenizer::Tokenizer;
-use pn_engine::{Gguf, Runner};
+use pn_engine::{Gguf, LoadMode, Runner};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -46,6 +46,11 @@ pub struct ModelOpts {
     /// attention). Default: $PN_CONTEXT_OVERFLOW, else error
     #[arg(long)]
     pub context_overflow: Option<String>,
+    /// How the model file gets into memory: `mmap` (lazy, reclaimable pages), `copy`
+    /// (read into huge pages: faster decode, all read up front) or `auto` (copy when the
+    /// file takes at most half of the available memory). Default: $PN_LOAD, else auto
+    #[arg(long)]
+    pub load: Option<String>,
 }
 
 /// The placement asked for by `--dies` / `--split-layer`, then the environment.
@@ -99,7 +104,17 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     if threads > MAX_THREADS {
         bail!("--threads: expected 0 (all cores) to {MAX_THREADS}, found {threads}");
     }
-    let (name, is_default, gguf) = open_gguf(o.model.as_deref())?;
+    let mode = match o.load.clone().or_else(|| std::env::var("PN_LOAD").ok()) {
+        Some(m) => m.parse::<LoadMode>().map_err(|e| anyhow::anyhow!("--load: {e}"))?,
+        None => LoadMode::Auto,
+    };
+    let (name, is_default, gguf) = match o.model.as_deref() {
+        Some(p) if !p.is_dir() => {
+            let g = Gguf::open_with(p, mode).with_context(|| format!("cannot load model {}", p.display()))?;
+            (p.display().to_string(), false, Arc::new(g))
+        }
+        other => open_gguf(other)?,
+    };
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
     let place = placement(o)?;
     let dies = dies(&place, threads)?;

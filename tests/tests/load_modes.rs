@@ -1,0 +1,52 @@
+//! `Gguf::open_with`: a copy into (huge-page) anonymous memory and the memory map hold the
+//! same bytes and give the same logits; `auto` picks one of them; bad input is an error.
+
+use pn_cpu::CpuBackend;
+use pn_engine::{Gguf, LoadMode, Runner};
+use pn_tests::fixture;
+use std::sync::Arc;
+
+fn logits(g: Gguf) -> Vec<f32> {
+    let g = Arc::new(g);
+    let m = pn_models::load(&g).expect("fixture model loads");
+    let r = Runner::new(m, g, Arc::new(CpuBackend::new(2))).expect("runner builds");
+    let mut st = r.new_state(64);
+    let mut out = r.forward(&mut st, &[1, 2, 3, 4, 5], true).unwrap().data;
+    out.extend(r.forward(&mut st, &[6], false).unwrap().data);
+    out
+}
+
+#[test]
+fn copy_and_mmap_load_the_same_model() {
+    let path = fixture("ktiny-q4_k_m.gguf");
+    let on_disk = std::fs::read(&path).unwrap();
+    let mut runs = Vec::new();
+    for mode in [LoadMode::Mmap, LoadMode::Copy, LoadMode::Auto] {
+        let g = Gguf::open_with(&path, mode).expect("opens");
+        assert!(g.is_mmapped(), "{mode:?}: a mapping (of the file or of anonymous memory)");
+        assert_eq!(g.file_bytes(), &on_disk[..], "{mode:?}: the file's bytes");
+        runs.push(logits(g));
+    }
+    assert_eq!(runs[0], runs[1], "copy vs mmap logits");
+    assert_eq!(runs[0], runs[2], "auto vs mmap logits");
+}
+
+#[test]
+fn load_modes_parse_and_reject_bad_input() {
+    assert_eq!("copy".parse::<LoadMode>(), Ok(LoadMode::Copy));
+    assert_eq!("mmap".parse::<LoadMode>(), Ok(LoadMode::Mmap));
+    assert_eq!("auto".parse::<LoadMode>(), Ok(LoadMode::Auto));
+    assert!("huge".parse::<LoadMode>().unwrap_err().contains("expected auto, mmap or copy"));
+    let missing = fixture("no-such-model.gguf");
+    assert!(Gguf::open_with(&missing, LoadMode::Copy).is_err());
+    // a truncated file is a parse error whichever way it was loaded
+    let dir = std::env::temp_dir().join(format!("pn-load-modes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cut = dir.join("cut.gguf");
+    let bytes = std::fs::read(fixture("ktiny-q4_k_m.gguf")).unwrap();
+    std::fs::write(&cut, &bytes[..100]).unwrap();
+    for mode in [LoadMode::Mmap, LoadMode::Copy] {
+        assert!(Gguf::open_with(&cut, mode).is_err(), "{mode:?}: truncated file accepted");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
