@@ -15,6 +15,8 @@ pub mod quant;
 pub mod reference;
 pub mod state;
 pub mod tensor;
+#[doc(hidden)]
+pub mod testing;
 
 pub use dtype::GgmlType;
 pub use op::{BinaryOp, Op, OpError, RopeMode, UnaryOp};

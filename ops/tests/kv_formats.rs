@@ -7,15 +7,7 @@ use pn_ops::state::kv::{decode_row, encode_row, hadamard, quantize_q4_0_ref};
 use pn_ops::*;
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(99991);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
+    pn_ops::testing::uniform(n, seed, 99991)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -12,15 +12,7 @@ fn run(op: &Op, ins: &[Value<'_>]) -> Result<Tensor, OpError> {
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
+    pn_ops::testing::uniform(n, seed, 1)
 }
 
 fn rope(mode: RopeMode, n_rot: usize, base: f32, scale: f32, x: &Tensor, pos: &[i32]) -> Vec<f32> {

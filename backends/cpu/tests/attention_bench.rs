@@ -16,15 +16,7 @@ const HKV: usize = 2;
 const D: usize = 256;
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(99991);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
+    pn_ops::testing::uniform(n, seed, 99991)
 }
 
 /// A cache of `ty` with positions 0..n written (random keys/values).

@@ -17,15 +17,7 @@ fn backends() -> &'static [CpuBackend] {
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(99991);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
+    pn_ops::testing::uniform(n, seed, 99991)
 }
 
 fn bytes(n: usize, seed: u32) -> Vec<u8> {

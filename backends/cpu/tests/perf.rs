@@ -8,15 +8,7 @@ use pn_ops::*;
 use std::time::Instant;
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(2654435761).wrapping_add(99991);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            (s as f32 / u32::MAX as f32) * 2.0 - 1.0
-        })
-        .collect()
+    pn_ops::testing::uniform(n, seed, 99991)
 }
 
 fn q4k(k: usize, rows: usize) -> Vec<u8> {
