@@ -7,7 +7,7 @@
 //! single-row kernel.
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
-use super::x86_tile::MAX_TILE;
+use super::x86_tile::{ld, nibbles32, table16, MAX_TILE};
 use std::arch::x86_64::*;
 
 /// One super-block of 16 rows, decoded (rows 0..8 in the low 256 bits of each vector).
@@ -27,7 +27,7 @@ pub(super) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 }
 
 #[inline(always)]
-unsafe fn bcast4(p: *const u8) -> __m512i {
+pub(super) unsafe fn bcast4(p: *const u8) -> __m512i {
     // SAFETY: the caller guarantees 4 readable bytes at `p`.
     _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
@@ -39,12 +39,13 @@ pub const Q6K: u8 = 6;
 /// IQ4_XS (4-bit codes through the non-linear table, 32-element sub-blocks).
 pub const IQ4XS: u8 = 44;
 
-/// IQ4_XS's table plus 128 (unsigned: the kernel removes the offset with the bsums).
-const IQ4NL_U8: [u8; 16] = {
-    let mut t = [0u8; 16];
+/// IQ4_XS's table plus 128, bytes read as unsigned (the kernel removes the offset with
+/// the bsums).
+const IQ4NL_U8: [i8; 16] = {
+    let mut t = [0i8; 16];
     let mut i = 0;
     while i < 16 {
-        t[i] = (super::iq4::KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        t[i] = (super::iq4::KVALUES_IQ4NL[i] as i16 + 128) as u8 as i8;
         i += 1;
     }
     t
@@ -60,10 +61,7 @@ unsafe fn group_bytes<const F: u8>(x: *const u8, cb: usize) -> __m256i {
     unsafe {
         if F == IQ4XS {
             // sub-block cb: 16 code bytes @8+16cb, low nibbles = elements 0..16, high 16..32
-            let t = _mm_loadu_si128(x.add(8 + 16 * cb) as *const __m128i);
-            let codes = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), m4);
-            let table = _mm256_broadcastsi128_si256(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
-            _mm256_shuffle_epi8(table, codes)
+            _mm256_shuffle_epi8(table16(&IQ4NL_U8), nibbles32(x.add(8 + 16 * cb)))
         } else if F == Q5K {
             // cb = 2c + h: nibble h of qs chunk c, fifth bit = bit cb of each qh byte
             let q = ld(x.add(48 + 32 * (cb / 2)));
@@ -88,12 +86,6 @@ unsafe fn group_bytes<const F: u8>(x: *const u8, cb: usize) -> __m256i {
             }
         }
     }
-}
-
-#[inline(always)]
-unsafe fn ld(p: *const u8) -> __m256i {
-    // SAFETY: the caller guarantees 32 readable bytes at `p`.
-    unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
 
 /// 16 rows × 8 dwords → 8 vectors of 16 rows: `z[r]` holds dwords 0..8 of row r (low

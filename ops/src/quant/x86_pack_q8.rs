@@ -18,7 +18,8 @@ use super::iq4::{IQ4_NL_BYTES, KVALUES_IQ4NL};
 use super::legacy::Q4_0_BYTES;
 use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
-use super::x86_pack16::{join, transpose16x8};
+use super::x86_pack16::{bcast4, join, transpose16x8};
+use super::x86_tile::{f16, nibbles32, table16};
 
 /// The weight formats of [`group16_q8`] (`const F`).
 pub const Q8_0: u8 = 0;
@@ -41,15 +42,10 @@ const fn block_bytes(f: u8) -> usize {
 unsafe fn ints<const F: u8>(x: *const u8) -> __m256i {
     // SAFETY (whole body): x is a whole block of format F.
     unsafe {
-        let nib = |p: *const u8| {
-            let t = _mm_loadu_si128(p as *const __m128i);
-            _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0f))
-        };
-        let table = |t: &[i8; 16]| _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i));
         match F {
-            Q4_0 => _mm256_sub_epi8(nib(x.add(2)), _mm256_set1_epi8(8)),
-            IQ4NL => _mm256_shuffle_epi8(table(&KVALUES_IQ4NL), nib(x.add(2))),
-            MXFP4 => _mm256_shuffle_epi8(table(&KVALUES_MXFP4), nib(x.add(1))),
+            Q4_0 => _mm256_sub_epi8(nibbles32(x.add(2)), _mm256_set1_epi8(8)),
+            IQ4NL => _mm256_shuffle_epi8(table16(&KVALUES_IQ4NL), nibbles32(x.add(2))),
+            MXFP4 => _mm256_shuffle_epi8(table16(&KVALUES_MXFP4), nibbles32(x.add(1))),
             _ => _mm256_loadu_si256(x.add(2) as *const __m256i),
         }
     }
@@ -82,19 +78,6 @@ struct PackedQ8 {
 pub struct ScratchQ8 {
     pks: Vec<PackedQ8>,
     corr: Vec<i32>,
-}
-
-#[inline(always)]
-unsafe fn bcast4(p: *const u8) -> __m512i {
-    // SAFETY: the caller guarantees 4 readable bytes at `p`.
-    _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
-}
-
-#[inline(always)]
-unsafe fn f16(p: *const u8) -> f32 {
-    // SAFETY: the caller guarantees 2 readable bytes at `p`.
-    let bits = unsafe { (p as *const u16).read_unaligned() };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `kind` weights `w` (stride `ws`, `nb` blocks each)

@@ -62,7 +62,7 @@ impl Mac for Vnni {
 }
 
 #[inline(always)]
-unsafe fn ld(p: *const u8) -> __m256i {
+pub(super) unsafe fn ld(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 32 readable bytes at `p`.
     unsafe { _mm256_loadu_si256(p as *const __m256i) }
 }
@@ -75,7 +75,7 @@ unsafe fn rd_u32(p: *const u8) -> u32 {
 
 /// f16 at `p` -> f32 (F16C; exact).
 #[inline(always)]
-unsafe fn f16(p: *const u8) -> f32 {
+pub(super) unsafe fn f16(p: *const u8) -> f32 {
     // SAFETY: the caller guarantees 2 readable bytes at `p`.
     let bits = unsafe { (p as *const u16).read_unaligned() };
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits as i32)))
@@ -382,7 +382,7 @@ pub unsafe fn tile_q6_k<K: Mac, const M: usize>(
 
 /// 16 bytes at `p` split into 32 nibbles: low nibbles in bytes 0..16, high in 16..32.
 #[inline(always)]
-unsafe fn nibbles32(p: *const u8) -> __m256i {
+pub(super) unsafe fn nibbles32(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 16 readable bytes at `p`.
     let t = unsafe { _mm_loadu_si128(p as *const __m128i) };
     let b = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
@@ -390,7 +390,7 @@ unsafe fn nibbles32(p: *const u8) -> __m256i {
 }
 
 #[inline(always)]
-unsafe fn table16(t: &[i8; 16]) -> __m256i {
+pub(super) unsafe fn table16(t: &[i8; 16]) -> __m256i {
     // SAFETY: the table is 16 readable bytes.
     unsafe { _mm256_broadcastsi128_si256(_mm_loadu_si128(t.as_ptr() as *const __m128i)) }
 }
