@@ -65,8 +65,14 @@ pub fn vec_dot_block(
         });
         return true;
     }
-    let packable = m >= PACK_MIN_TOKENS && matches!(w_ty, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K | GgmlType::IQ4XS) && has_vnni();
-    if packable {
+    let k_kind = match w_ty {
+        GgmlType::Q4K => Some(x86_pack16::Q4K),
+        GgmlType::Q5K => Some(x86_pack16::Q5K),
+        GgmlType::Q6K => Some(x86_pack16::Q6K),
+        GgmlType::IQ4XS => Some(x86_pack16::IQ4XS),
+        _ => None,
+    };
+    if let (true, Some(kind)) = (m >= PACK_MIN_TOKENS && has_vnni(), k_kind) {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
@@ -82,12 +88,7 @@ pub fn vec_dot_block(
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_pack16::group16(
-                        match w_ty {
-                            GgmlType::Q6K => x86_pack16::Q6K,
-                            GgmlType::Q5K => x86_pack16::Q5K,
-                            GgmlType::IQ4XS => x86_pack16::IQ4XS,
-                            _ => x86_pack16::Q4K,
-                        },
+                        kind,
                         n / 256,
                         nr,
                         w.as_ptr().add(g * wstride),
