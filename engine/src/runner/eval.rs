@@ -30,6 +30,13 @@ pub(super) struct Pass<'a, 's> {
 }
 
 impl Pass<'_, '_> {
+    /// Adds one run of an op of `kind` that started at `t1` to the `PN_DEBUG=2` table.
+    pub(super) fn time_op(&mut self, kind: &'static str, t1: Instant) {
+        let e = self.op_times.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += t1.elapsed().as_nanos() as u64;
+    }
+
     /// Runs the ops of `sp` on `backend`, in order.
     fn run_ops(
         &mut self,
@@ -80,9 +87,7 @@ impl Pass<'_, '_> {
                 source,
             })?;
             if let Some(t1) = t1 {
-                let e = self.op_times.entry(node.op.kind()).or_default();
-                e.0 += 1;
-                e.1 += t1.elapsed().as_nanos() as u64;
+                self.time_op(node.op.kind(), t1);
             }
             if debug >= 3 {
                 eprintln!("[pn] {}", crate::dump::summary(&node.name, &out));

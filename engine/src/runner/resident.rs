@@ -240,9 +240,7 @@ impl Pass<'_, '_> {
                 source,
             })?;
             if let Some(t1) = t1 {
-                let e = self.op_times.entry(node.op.kind()).or_default();
-                e.0 += 1;
-                e.1 += t1.elapsed().as_nanos() as u64;
+                self.time_op(node.op.kind(), t1);
             }
             if observer.is_some() || runner.debug >= 3 {
                 // the observer and value summaries get a downloaded copy
