@@ -85,7 +85,7 @@ fn state_section(m: &dyn pn_engine::Model, max_seq: Option<usize>, kv_type: Opti
 
 pub fn run(a: InfoArgs) -> Result<()> {
     let path = a.model.or(a.model_flag);
-    let (name, _, g) = load::open_gguf(path.as_deref())?;
+    let (name, _, g) = load::open_gguf(path.as_deref(), pn_engine::LoadMode::Mmap)?;
     println!("model: {name}");
     println!("GGUF v{}, {} metadata keys, {} tensors, alignment {}, data at byte {}", g.version, g.metadata.len(), g.tensors.len(), g.alignment, g.data_start);
     println!("\n== metadata");

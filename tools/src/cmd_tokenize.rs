@@ -22,7 +22,7 @@ pub struct TokenizeArgs {
 }
 
 pub fn run(a: TokenizeArgs) -> Result<()> {
-    let (name, _, g) = load::open_gguf(a.model.as_deref())?;
+    let (name, _, g) = load::open_gguf(a.model.as_deref(), pn_engine::LoadMode::Mmap)?;
     let tok = pn_engine::tokenizer::Tokenizer::from_gguf(&g).with_context(|| format!("cannot build the tokenizer of {name}"))?;
     let texts: Vec<String> = match (&a.text, &a.text_file) {
         (Some(t), _) => vec![t.clone()],

@@ -83,7 +83,8 @@ pub struct Loaded {
     pub runner: Runner,
 }
 
-pub fn open_gguf(model: Option<&Path>) -> Result<(String, bool, Arc<Gguf>)> {
+/// The model file (loaded as `mode` says) or the built-in default model.
+pub fn open_gguf(model: Option<&Path>, mode: LoadMode) -> Result<(String, bool, Arc<Gguf>)> {
     match model {
         None => {
             let g = Gguf::from_static(DEFAULT_MODEL).context("the built-in default model")?;
@@ -93,7 +94,7 @@ pub fn open_gguf(model: Option<&Path>) -> Result<(String, bool, Arc<Gguf>)> {
             if p.is_dir() {
                 bail!("{}: expected a GGUF file, found a directory", p.display());
             }
-            let g = Gguf::open(p).with_context(|| format!("cannot load model {}", p.display()))?;
+            let g = Gguf::open_with(p, mode).with_context(|| format!("cannot load model {}", p.display()))?;
             Ok((p.display().to_string(), false, Arc::new(g)))
         }
     }
@@ -108,13 +109,7 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
         Some(m) => m.parse::<LoadMode>().map_err(|e| anyhow::anyhow!("--load: {e}"))?,
         None => LoadMode::Auto,
     };
-    let (name, is_default, gguf) = match o.model.as_deref() {
-        Some(p) if !p.is_dir() => {
-            let g = Gguf::open_with(p, mode).with_context(|| format!("cannot load model {}", p.display()))?;
-            (p.display().to_string(), false, Arc::new(g))
-        }
-        other => open_gguf(other)?,
-    };
+    let (name, is_default, gguf) = open_gguf(o.model.as_deref(), mode)?;
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
     let place = placement(o)?;
     let dies = dies(&place, threads)?;
