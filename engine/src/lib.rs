@@ -19,6 +19,7 @@ pub mod runner;
 pub mod sampler;
 pub mod slots;
 pub mod state;
+pub mod stop;
 pub mod tensor_dump;
 #[doc(hidden)]
 pub mod testing;
