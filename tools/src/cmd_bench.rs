@@ -50,9 +50,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         best_tg = best_tg.max(a.gen as f64 / (t2 - t1).as_secs_f64());
     }
     let round2 = |x: f64| (x * 100.0).round() / 100.0;
-    println!(
-        "{}",
-        serde_json::json!({
+    let line = serde_json::json!({
             "engine": "pantheon",
             "model": l.name,
             "threads": a.opts.threads,
@@ -61,7 +59,6 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "gen": a.gen,
             "pp_tok_s": round2(best_pp),
             "tg_tok_s": round2(best_tg),
-        })
-    );
-    Ok(())
+    });
+    crate::output::print(&mut std::io::stdout().lock(), &format!("{line}\n"))
 }

@@ -86,7 +86,7 @@ pub fn run(a: DumpArgs) -> Result<()> {
     }
     match &a.out {
         Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
-        None => print!("{text}"),
+        None => crate::output::print(&mut std::io::stdout().lock(), &text)?,
     }
     Ok(())
 }
