@@ -92,6 +92,7 @@ fn step(r: &Runner, st: &mut SeqState, id: u32, rec: Option<&mut TensorRecorder>
 }
 
 /// Prefill `ids`, then generate as `spec` says, passing each piece of text to `emit`.
+#[allow(clippy::too_many_arguments)]
 pub fn generate(
     r: &Runner,
     tok: &Tokenizer,
@@ -132,8 +133,8 @@ pub fn generate(
             if !st.fits(1) {
                 break done.unwrap_or(StopReason::ContextFull);
             }
-            if done.is_some() && !spec.feed_last {
-                break done.expect("checked");
+            if let (Some(d), false) = (&done, spec.feed_last) {
+                break d.clone();
             }
             let logits = step(r, st, next, rec.as_deref_mut())?;
             if let Some(d) = done {
