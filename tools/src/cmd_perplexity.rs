@@ -103,7 +103,7 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         }
         pb.inc(1);
         pb.set_message(format!("perplexity {:.4}", score.ppl()));
-        if !crate::progress::enabled() {
+        if !crate::progress::enabled() && !crate::progress::quiet() {
             eprintln!("[{}/{n_chunk}] {:.4}", c + 1, score.ppl());
         }
     }
