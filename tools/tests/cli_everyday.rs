@@ -333,3 +333,15 @@ fn perplexity_is_llama_perplexity_method() {
     assert!((ppl - want).abs() < 1e-3 * want, "pn perplexity {ppl}, from the logits {want}");
     fails(&["perplexity", "-f", &text, "-c", "4096"], &["8192 tokens"]);
 }
+
+/// stdout and stderr on one terminal-like stream: an error after streamed text starts its
+/// own line (no `hierror:`).
+#[test]
+fn an_error_after_streamed_text_starts_its_own_line() {
+    let m = fx("hostile_models/nonfinite-weights.gguf");
+    let o = Command::new("sh").arg("-c").arg(format!("'{}' run -m '{m}' -p hi -n 2 2>&1", env!("CARGO_BIN_EXE_pn"))).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text.lines().any(|l| l == "hi"), "{text:?}");
+    assert!(text.lines().any(|l| l.starts_with("error: the model produced")), "{text:?}");
+}
