@@ -40,7 +40,7 @@ pub fn bar(len: u64, msg: &str, unit: &str) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let tpl = if unit == "bytes" {
-        "{msg} [{bar:30}] {bytes}/{total_bytes} ({elapsed}, eta {eta})".to_string()
+        "{msg} [{bar:30}] {decimal_bytes}/{decimal_total_bytes} ({elapsed}, eta {eta})".to_string()
     } else {
         format!("{{msg}} [{{bar:30}}] {{pos}}/{{len}} {unit} ({{elapsed}}, eta {{eta}})")
     };
