@@ -86,7 +86,9 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
     }
     let n_chunk = (tokens.len() / a.ctx).min(a.chunks.unwrap_or(usize::MAX));
     let mut st = load::first_state(&l, &state_cfg)?;
-    eprintln!("{} tokens, {n_chunk} windows of {} (scoring the last {} of each)", tokens.len(), a.ctx, a.ctx - a.ctx / 2 - 1);
+    if !crate::progress::quiet() {
+        eprintln!("{} tokens, {n_chunk} windows of {} (scoring the last {} of each)", tokens.len(), a.ctx, a.ctx - a.ctx / 2 - 1);
+    }
     let first = a.ctx / 2;
     let mut score = Score::default();
     let pb = crate::progress::bar(n_chunk as u64, "perplexity", "windows");

@@ -6,22 +6,13 @@
 //! Reads only tests/fixtures and the built-in model; writes under CARGO_TARGET_TMPDIR.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-fn fx(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name).display().to_string()
-}
-fn tmp(name: &str) -> String {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_everyday");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name).display().to_string()
-}
+mod common;
+use common::{fx, Out};
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+fn tmp(name: &str) -> String {
+    common::tmp_in("cli_everyday", name)
 }
 
 fn command(args: &[&str]) -> Command {

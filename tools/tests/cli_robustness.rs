@@ -9,22 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+mod common;
+use common::{fx, Out};
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
-fn fx(name: &str) -> String {
-    root().join("tests/fixtures").join(name).display().to_string()
-}
 fn tmp(name: &str) -> String {
-    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli_robustness");
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name).display().to_string()
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
+    common::tmp_in("cli_robustness", name)
 }
 
 fn pn(args: &[&str]) -> Out {
