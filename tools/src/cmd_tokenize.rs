@@ -65,7 +65,7 @@ pub fn run(a: TokenizeArgs) -> Result<()> {
                 s.push_str(&format!("{}\n", c["ids"]));
                 if a.pieces {
                     for (id, p) in c["ids"].as_array().into_iter().flatten().zip(c["pieces"].as_array().into_iter().flatten()) {
-                        s.push_str(&format!("{id:>8}  {p}\n"));
+                        s.push_str(&format!("{:>8}  {p}\n", id.as_u64().unwrap_or(0)));
                     }
                 }
             }

@@ -274,7 +274,7 @@ fn tokenize_shows_pieces() {
     let lines: Vec<&str> = o.stdout.lines().collect();
     let ids: Vec<u64> = serde_json::from_str::<Vec<u64>>(lines[0]).unwrap();
     assert_eq!(lines.len(), 1 + ids.len());
-    let pieces: String = lines[1..].iter().map(|l| serde_json::from_str::<String>(l.split_once("  ").unwrap().1.trim()).unwrap()).collect();
+    let pieces: String = lines[1..].iter().map(|l| serde_json::from_str::<String>(l.trim_start().split_once("  ").unwrap().1.trim()).unwrap()).collect();
     assert_eq!(pieces, "def f(x):");
     let o = ok(&["tokenize", "--text", "def f(x):", "--pieces", "--out", "-"]);
     let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
