@@ -146,3 +146,18 @@ fn piped_chat_keeps_answers_alone_on_stdout() {
     assert_eq!(err.matches("stopped: ").count(), 2, "two turns (the block is one), none after /bye:\n{err}");
     assert!(!std::path::Path::new(&tmp("unused-history")).exists(), "no history without a terminal");
 }
+
+/// Without $PN_HISTORY the history lives in the user's data dir.
+#[test]
+fn history_defaults_to_the_data_dir() {
+    let data = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("chat_repl").join("xdg-data");
+    let _ = std::fs::remove_dir_all(&data);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pn"));
+    c.args(["chat", "--greedy", "-n", "2", "--quiet"]).env_remove("PN_HISTORY").env("XDG_DATA_HOME", &data).env("TERM", "xterm");
+    let mut p = spawn_command(c, Some(60_000)).unwrap();
+    p.exp_string(PROMPT).unwrap();
+    line(&mut p, "/bye");
+    p.exp_eof().unwrap();
+    let h = std::fs::read_to_string(data.join("pantheon/chat_history")).unwrap();
+    assert!(h.contains("/bye"), "{h}");
+}
