@@ -16,7 +16,7 @@ pub struct PromptOpts {
     #[arg(long, short = 'f')]
     pub file: Option<PathBuf>,
     /// Process escapes (\n, \r, \t, \', \", \\, \xHH) in the prompt and in --stop
-    #[arg(long, short = 'e', visible_alias = "escape")]
+    #[arg(long, short = 'e')]
     pub escape: bool,
 }
 

@@ -24,7 +24,7 @@ pub struct SamplingOpts {
     #[arg(long, short = 's', allow_negative_numbers = true)]
     pub seed: Option<i64>,
     /// Greedy decoding: argmax, no repetition penalty unless --repeat-penalty is given
-    /// (the same as --temp 0)
+    /// (--temp 0 is greedy too, but keeps the default repetition penalty)
     #[arg(long, conflicts_with = "temp")]
     pub greedy: bool,
 }
