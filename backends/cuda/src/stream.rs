@@ -11,7 +11,7 @@
 //! GPU session runs (tests/gpu_parity.rs calls it when a device is present).
 
 use crate::device::{drv, go, grid1};
-use crate::graph_capture::{ensure_idle, CaptureState, CaptureStream, DevStream};
+use crate::graph_capture::{ensure_idle, CaptureStream, DevStream};
 use crate::graphs::{EventId, GraphKey, GraphStats};
 use crate::{CudaBackend, CudaError};
 use cudarc::driver::{CudaEvent, PushKernelArg};
@@ -49,7 +49,9 @@ impl CudaBackend {
     /// has NOT run: replay it (or run it directly) to get its results. On any error the
     /// stream is left out of capture mode (graph_capture.rs).
     pub fn capture_end(&self, key: GraphKey) -> Result<(), CudaError> {
-        let _op = self.op_lock()?;
+        // not op_lock: its bind_to_thread returns an error stored by cudarc first, and
+        // the capture must end whatever it is (DevStream binds the context itself)
+        let _op = self.lock.lock().map_err(poisoned)?;
         let mut t = self.graphs.lock().map_err(poisoned)?;
         t.check_end(key)?;
         let ds = DevStream(&self.dev.stream);
@@ -75,14 +77,11 @@ impl CudaBackend {
     /// Abandon the capture in progress, if any (after an error between begin and end):
     /// the stream is out of capture mode after it, whatever the table says.
     pub fn capture_abort(&self) {
-        let Ok(_op) = self.op_lock() else { return };
+        let Ok(_op) = self.lock.lock() else { return };
         if let Ok(mut t) = self.graphs.lock() {
             t.abort();
         }
-        let ds = DevStream(&self.dev.stream);
-        if ds.state().is_ok_and(|s| s != CaptureState::Idle) {
-            drop(ds.end());
-        }
+        let _ = ensure_idle(&DevStream(&self.dev.stream));
     }
 
     /// Launch graph `key` if it was captured for `geometry`: `Ok(true)`. `Ok(false)`:
