@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# Side-by-side prefill / decode speed of Pantheon and llama.cpp on one GGUF.
+# Side-by-side prefill / decode speed of Pantheon, llama.cpp and (when built)
+# ik_llama.cpp on one GGUF.
 #
 #   bench/compare.sh MODEL.gguf [THREADS]
 #
 # Runs `target/release/pn bench` and the oracle's llama_bench.py (llama.cpp through
 # llama-cpp-python, venv at ~/.cache/pn-oracle/venv) with the same token stream, the same
-# threads (default 2), prompt 128 + 32 generated tokens, then prompt 512; prints each
-# engine's JSON line and the ratios pn / llama.cpp. Builds the release binary first
-# (CARGO_TARGET_DIR is honoured). Env: REPS (default 3), PN (path to a pn binary).
+# threads (default 2), prompt 128 + 32 generated tokens, then prompt 512; then, if
+# ik_llama.cpp's llama-bench exists (~/.cache/pn-oracle/ik/bin, built by the oracle's
+# ik_setup.sh), `llama-bench -p 128,512 -n 32 -rtr 1` (its run-time repacking; its decode
+# runs from an empty context, not after the prompt). Prints each engine's numbers and the
+# ratios pn / llama.cpp and pn / ik_llama.cpp. Builds the release binary first
+# (CARGO_TARGET_DIR is honoured). Env: REPS (default 3), PN (path to a pn binary),
+# IK_BENCH (path to ik's llama-bench; IK_BENCH=none skips it).
 set -euo pipefail
 model=${1:?usage: bench/compare.sh MODEL.gguf [THREADS]}
 threads=${2:-2}
@@ -15,6 +20,7 @@ reps=${REPS:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 oracle=${ORACLE:-$root/../shared/oracle}
 venv=${ORACLE_VENV:-$HOME/.cache/pn-oracle/venv}
+ik=${IK_BENCH:-$HOME/.cache/pn-oracle/ik/bin/llama-bench}
 
 if [[ -z "${PN:-}" ]]; then
   (cd "$root" && cargo build --release -q -p pn-cli)
@@ -27,16 +33,38 @@ fi
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f"{a/b:.2f}" if b>0 else "n/a")' "$1" "$2"; }
 
+# ik_llama.cpp first (one process runs pp128, pp512 and tg32): its JSON array turned into
+# "pp128 pp512 tg" tok/s, or nothing when it is not built.
+ik_pp128="" ik_pp512="" ik_tg=""
+if [[ "$ik" != none && -x "$ik" ]]; then
+  ik_json=$("$ik" -m "$model" -p 128,512 -n 32 -t "$threads" -r "$reps" -rtr 1 -o json 2>/dev/null)
+  read -r ik_pp128 ik_pp512 ik_tg < <(python3 -c '
+import json, sys
+rows = json.loads(sys.argv[1])
+ts = lambda p, g: next((r["avg_ts"] for r in rows if r["n_prompt"] == p and r["n_gen"] == g), 0.0)
+print(f"{ts(128, 0):.2f} {ts(512, 0):.2f} {ts(0, 32):.2f}")' "$ik_json")
+  echo "ik_llama.cpp: pp128 $ik_pp128 pp512 $ik_pp512 tg32 $ik_tg tok/s (-rtr 1)"
+else
+  echo "ik_llama.cpp: not built ($ik), skipped"
+fi
+
 summary=()
 for pl in 128 512; do
   pn=$("$PN" bench --model "$model" --prompt-len "$pl" --gen 32 --threads "$threads" --reps "$reps" | tail -1)
   ll=$(python "$oracle/llama_bench.py" "$model" --prompt-len "$pl" --gen 32 --threads "$threads" --reps "$reps" | tail -1)
   echo "pn:        $pn"
   echo "llama.cpp: $ll"
-  pp_r=$(ratio "$(field "$pn" pp_tok_s)" "$(field "$ll" pp_tok_s)")
-  tg_r=$(ratio "$(field "$pn" tg_tok_s)" "$(field "$ll" tg_tok_s)")
-  summary+=("pp$pl: pn $(field "$pn" pp_tok_s) vs llama.cpp $(field "$ll" pp_tok_s) tok/s -> ${pp_r}x | tg (after pp$pl): pn $(field "$pn" tg_tok_s) vs llama.cpp $(field "$ll" tg_tok_s) tok/s -> ${tg_r}x")
+  pn_pp=$(field "$pn" pp_tok_s) pn_tg=$(field "$pn" tg_tok_s)
+  ll_pp=$(field "$ll" pp_tok_s) ll_tg=$(field "$ll" tg_tok_s)
+  line="pp$pl: pn $pn_pp vs llama.cpp $ll_pp -> $(ratio "$pn_pp" "$ll_pp")x"
+  if [[ -n "$ik_tg" ]]; then
+    ik_pp=$([[ $pl == 128 ]] && echo "$ik_pp128" || echo "$ik_pp512")
+    line+=", vs ik $ik_pp -> $(ratio "$pn_pp" "$ik_pp")x"
+  fi
+  line+=" | tg (after pp$pl): pn $pn_tg vs llama.cpp $ll_tg -> $(ratio "$pn_tg" "$ll_tg")x"
+  [[ -n "$ik_tg" ]] && line+=", vs ik $ik_tg -> $(ratio "$pn_tg" "$ik_tg")x"
+  summary+=("$line")
 done
 echo
-echo "== $(basename "$model"), $threads threads (ratios: pn / llama.cpp)"
+echo "== $(basename "$model"), $threads threads (ratios: pn / peer, tok/s)"
 printf '%s\n' "${summary[@]}"
