@@ -430,9 +430,17 @@ const EXPERT_ROWS: usize = 64;
 /// tokens): 748 → 787 tok/s best of 3; 2048 gave the same.
 const EXPERT_ROW_TOKENS: usize = 1024;
 
-/// Rows per task for an expert with `n` tokens: a multiple of 16 (the packed kernels'
-/// group), at least `EXPERT_ROWS`.
-fn block_rows(n: usize) -> usize {
+/// Active experts from which row blocks grow for experts with few tokens: below (decode:
+/// top-k experts of one token, one row-block task each would leave a thread idle at the
+/// end), `EXPERT_ROWS` rows per task as before.
+const LONG_BLOCKS_FROM_EXPERTS: usize = 64;
+
+/// Rows per task for an expert with `n` tokens among `active` active experts: a multiple
+/// of 16 (the packed kernels' group), at least `EXPERT_ROWS`.
+fn block_rows(n: usize, active: usize) -> usize {
+    if active < LONG_BLOCKS_FROM_EXPERTS {
+        return EXPERT_ROWS;
+    }
     (EXPERT_ROW_TOKENS / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
 }
 
@@ -444,11 +452,11 @@ where
     F: Fn(usize, usize, usize, &mut [f32]) + Sync + Send,
 {
     let total = rows * active.iter().map(|&e| starts[e + 1] - starts[e]).sum::<usize>() * k;
-    let blocks: usize = active.iter().map(|&e| rows.div_ceil(block_rows(starts[e + 1] - starts[e]))).sum();
+    let blocks: usize = active.iter().map(|&e| rows.div_ceil(block_rows(starts[e + 1] - starts[e], active.len()))).sum();
     let serial = total < par::SERIAL_WORK || blocks <= 1 || par::outside_pool();
     split_experts(buf, active, starts, rows, serial, &|e, mine| {
         let n = starts[e + 1] - starts[e];
-        let br = block_rows(n);
+        let br = block_rows(n, active.len());
         let run = |b: usize, ys: &mut [f32]| f(e, b * br, ys.len() / n, ys);
         if serial {
             mine.chunks_mut(br * n).enumerate().for_each(|(b, ys)| run(b, ys));
