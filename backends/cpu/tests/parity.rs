@@ -586,6 +586,35 @@ fn moe_experts() {
     }
 }
 
+/// Many experts, few tokens each (72 experts, top-2, 128 tokens: ~3.6 per expert, most
+/// experts active): the MoE's long row blocks (past the gate/up boundary) and the packed
+/// kernels from 4 tokens agree with the reference, and a token alone gives its row bit
+/// for bit.
+#[test]
+fn moe_experts_many_experts_few_tokens() {
+    let (kd, f, e, t, top) = (256, 256, 72, 128, 2);
+    let (gty, dty) = (GgmlType::Q4K, GgmlType::Q6K);
+    let (g, u, d) = (weight_bytes(gty, kd, f * e, 90), weight_bytes(gty, kd, f * e, 91), weight_bytes(dty, f, kd * e, 92));
+    let (gate, up, down) = (view(gty, Shape::d3(kd, f, e), &g), view(gty, Shape::d3(kd, f, e), &u), view(dty, Shape::d3(f, kd, e), &d));
+    let x = act(Shape::d2(kd, t), 93);
+    let p = check(&Op::Softmax, &[Value::Act(&act(Shape::d2(e, t), 94))], None).unwrap();
+    let ids = check(&Op::TopK { k: top }, &[Value::Act(&p)], None).unwrap();
+    let w = check(&Op::MoeWeights { normalize: true }, &[Value::Act(&p), Value::Act(&ids)], None).unwrap();
+    let used = (0..e as i32).filter(|id| ids.as_i32().contains(id)).count();
+    assert!(used >= 64, "only {used} experts used: the long-block path needs 64");
+    let op = Op::MoeExperts { merged_gate_up: false };
+    let all = check(&op, &[Value::Act(&x), Value::Act(&ids), Value::Act(&w), Value::Weight(gate), Value::Weight(up), Value::Weight(down)], None).unwrap();
+    for ti in [0, 77, t - 1] {
+        let xi = Tensor::f32(Shape::d2(kd, 1), x.as_f32()[ti * kd..(ti + 1) * kd].to_vec());
+        let ii = Tensor::i32(Shape::d2(top, 1), ids.as_i32()[ti * top..(ti + 1) * top].to_vec());
+        let wi = Tensor::f32(Shape::d2(top, 1), w.as_f32()[ti * top..(ti + 1) * top].to_vec());
+        let ins = [Value::Act(&xi), Value::Act(&ii), Value::Act(&wi), Value::Weight(gate), Value::Weight(up), Value::Weight(down)];
+        let one = backends()[1].execute(&op, &ins, &TensorMeta::f32(Shape::d2(kd, 1)), None).unwrap();
+        let row = &all.as_f32()[ti * kd..(ti + 1) * kd];
+        assert!(row.iter().zip(one.as_f32()).all(|(a, b)| a.to_bits() == b.to_bits()), "token {ti}");
+    }
+}
+
 #[test]
 fn elementwise_and_movement() {
     for shape in [
