@@ -15,12 +15,10 @@
 //! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
-use crate::backend::Backend;
 use crate::model::Model;
 use crate::runner::{Logits, RunError, Runner};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
-use pn_ops::{LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
 use thiserror::Error;
 
 /// Default and largest slot counts.
@@ -291,93 +289,6 @@ impl Runner {
         let t = self.eval(&mut seqs, &lens, &tokens, true, &mut None)?;
         Ok(Logits { n_vocab, data: t.into_f32() })
     }
-}
-
-/// The token axis of a tensor in a pass of `t ≥ 2` tokens: its outermost dim ≠ 1.
-fn token_axis(s: &Shape, t: usize) -> Result<usize, String> {
-    match (0..4).rev().find(|&i| s.0[i] != 1) {
-        Some(a) if s.0[a] == t => Ok(a),
-        _ => Err(format!("{s:?} has no token axis of {t}")),
-    }
-}
-
-/// Tokens [t0, t0+n) of `x` (a pass of `t` tokens): contiguous, the token axis outermost.
-fn slice_tokens(x: &Tensor, t: usize, t0: usize, n: usize) -> Result<Tensor, String> {
-    let a = token_axis(&x.shape, t)?;
-    let per = x.shape.numel() / t;
-    let mut shape = x.shape;
-    shape.0[a] = n;
-    let r = t0 * per..(t0 + n) * per;
-    Ok(match &x.data {
-        TensorData::F32(v) => Tensor::f32(shape, v[r].to_vec()),
-        TensorData::I32(v) => Tensor::i32(shape, v[r].to_vec()),
-    })
-}
-
-/// Runs the stateful `op` once per sequence on its slice of the token axis with its layer
-/// state `states[i]` (sequence `i` owns the next `lens[i]` tokens), and concatenates the
-/// outputs of `meta` (crate::runner's multi-sequence passes; also the host reference for
-/// `Backend::execute_multi_resident`). The per-sequence calls go to the backend together
-/// ([`Backend::execute_multi`]), which may run them concurrently (CPU: one pool task per
-/// sequence); each is bitwise what the sequence gives alone.
-pub fn run_per_sequence(
-    backend: &dyn Backend,
-    op: &Op,
-    meta: &TensorMeta,
-    ins: &[Value<'_>],
-    states: &mut [Option<&mut LayerState>],
-    lens: &[usize],
-) -> Result<Tensor, OpError> {
-    let bad = |msg: String| OpError::Invalid { op: op.kind(), msg };
-    let t: usize = lens.iter().sum();
-    let axis = token_axis(&meta.shape, t).map_err(bad)?;
-    // every sequence's slices of the activations, then its inputs and output meta
-    let mut parts: Vec<Vec<Tensor>> = Vec::with_capacity(lens.len());
-    let mut t0 = 0;
-    for &n in lens {
-        let p: Vec<Tensor> = ins
-            .iter()
-            .filter_map(|v| match v {
-                Value::Act(x) => Some(slice_tokens(x, t, t0, n)),
-                Value::Weight(_) => None,
-            })
-            .collect::<Result<_, _>>()
-            .map_err(bad)?;
-        parts.push(p);
-        t0 += n;
-    }
-    let subs: Vec<Vec<Value<'_>>> = parts
-        .iter()
-        .map(|p| {
-            let mut acts = p.iter();
-            ins.iter()
-                .map(|v| match v {
-                    Value::Act(_) => Value::Act(acts.next().expect("one slice per activation")),
-                    Value::Weight(w) => Value::Weight(*w),
-                })
-                .collect()
-        })
-        .collect();
-    let outs: Vec<TensorMeta> = lens
-        .iter()
-        .map(|&n| {
-            let mut shape = meta.shape;
-            shape.0[axis] = n;
-            TensorMeta { shape, dtype: meta.dtype }
-        })
-        .collect();
-    if states.len() != lens.len() {
-        return Err(bad(format!("{} states for {} sequences", states.len(), lens.len())));
-    }
-    let ys = backend.execute_multi(op, &subs, &outs, states)?;
-    if ys.len() != lens.len() {
-        return Err(bad(format!("{} outputs for {} sequences", ys.len(), lens.len())));
-    }
-    let mut data: Vec<f32> = Vec::with_capacity(meta.shape.numel());
-    for y in &ys {
-        data.extend_from_slice(y.as_f32());
-    }
-    Ok(Tensor::f32(meta.shape, data))
 }
 
 /// `PN_MAX_SLOTS` (default 16), or `flag` when given; 1..=MAX_SLOTS.

@@ -11,7 +11,7 @@
 use crate::load;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use pn_engine::async_step::async_enabled;
+use pn_engine::async_step::async_for;
 use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::slots::{resolve_max_slots, slot_ladder};
@@ -190,7 +190,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
             bail!("prompt {i} has {} tokens but the context holds {max_seq} (raise --max-seq)", v.len());
         }
     }
-    let asynchronous = async_enabled();
+    let asynchronous = async_for(&runner);
     let mut b = Batch {
         runner: &runner,
         tok: &tok,
