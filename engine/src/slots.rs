@@ -3,11 +3,13 @@
 //!
 //! A step of K slots runs the graph of geometry "K tokens, all logits" (cached like any
 //! other): every matmul streams its weights once for the K tokens and the MoE groups the
-//! K tokens by expert; the stateful ops (those with [`Op::state`]: Attention,
-//! Conv1dCausal, DeltaRule) run once per sequence, on that sequence's slice of the token
-//! axis (the outermost dim, so a slice is contiguous) with that sequence's layer state,
-//! and the outputs are concatenated. Kernels stay single-sequence, positions are per
-//! token, and every row is bitwise what the sequence gives alone (tests/tests/slots.rs).
+//! K tokens by expert; each stateful op (those with [`Op::state`]: Attention,
+//! Conv1dCausal, DeltaRule) runs ONCE for all sequences ([`crate::Backend::execute_seqs`]:
+//! a sequence table of each one's tokens on the token axis, and each one's layer state;
+//! the CPU runs one parallel loop over the (sequence, head) rows of all of them).
+//! Positions are per token, each sequence's own, and every row is bitwise what the
+//! sequence gives alone (tests/tests/slots.rs). [`Slots::step_mixed`] adds a prefill
+//! chunk of another sequence to a step.
 //!
 //! Slots own the bound sequences' states (binding, moving, compacting and resizing move
 //! the `SeqState` values: layers a resident backend holds stay there, keyed by the
@@ -19,6 +21,8 @@ use crate::model::Model;
 use crate::runner::{Logits, RunError, Runner};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
+#[cfg(doc)]
+use pn_ops::Op;
 use thiserror::Error;
 
 /// Default and largest slot counts.
@@ -64,6 +68,8 @@ pub enum SlotError {
     NothingInFlight,
     #[error("no slots to step")]
     EmptyStep,
+    #[error("a mixed pass of {decode} decode tokens and a {chunk}-token prefill chunk exceeds the {max} tokens of a pass (ubatch): use a shorter chunk")]
+    ChunkTooLong { decode: usize, chunk: usize, max: usize },
     #[error("{0}")]
     Memory(String),
     #[error("step worker: {0}")]
@@ -250,6 +256,33 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// A mixed pass: the decode step of `batch` (as [`Slots::step`]; may be empty) and a
+    /// prefill chunk of a sequence not in a slot, `chunk` = (its state, its next
+    /// tokens), in ONE forward pass (chunked prefill interleaved with decode: the slots
+    /// keep streaming while a long prompt comes in). The chunk is bounded: batch + chunk
+    /// tokens ≤ the runner's `ubatch`. Returns one row per batch entry, then one per
+    /// chunk token (the last: the logits after the chunk). Every row is bitwise what
+    /// the sequence gives alone (tests/tests/slots.rs).
+    pub fn step_mixed(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)], chunk: (&mut SeqState, &[u32])) -> Result<Logits, SlotError> {
+        let max = runner.ubatch.max(1);
+        if batch.len() + chunk.1.len() > max {
+            return Err(SlotError::ChunkTooLong { decode: batch.len(), chunk: chunk.1.len(), max });
+        }
+        if batch.is_empty() {
+            return Ok(runner.forward_multi(&mut [chunk])?);
+        }
+        let (idx, mut states) = self.take_batch(batch)?;
+        let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
+        let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+        parts.push(chunk);
+        let res = runner.forward_multi(&mut parts);
+        drop(parts);
+        self.put_back(&idx, states);
+        Ok(res?)
+    }
+}
+
 /// The forward pass of a step over taken-out states.
 pub(crate) fn run_step(runner: &Runner, states: &mut [SeqState], batch: &[(SlotHandle, u32)]) -> Result<Logits, RunError> {
     let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
@@ -262,8 +295,9 @@ impl Runner {
     /// new tokens (appended at its own positions). Returns every token's logits row,
     /// sequence after sequence. The graph is the one of geometry `Σ tokens` with all
     /// logits (cached per geometry), so weights stream once and the MoE groups all tokens
-    /// by expert; the stateful ops run once per sequence on its slice of the token axis
-    /// with its own state. Batch-invariant: a row is bitwise what [`Runner::forward`]
+    /// by expert; each stateful op runs for all the sequences in one backend call
+    /// ([`crate::Backend::execute_seqs`], a table of each one's tokens, its own state).
+    /// Batch-invariant: a row is bitwise what [`Runner::forward`]
     /// gives for that sequence alone. No ubatch split: one pass holds all the tokens.
     pub fn forward_multi(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();

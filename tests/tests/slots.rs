@@ -1,7 +1,9 @@
 //! Decode slots: K sequences stepped in one forward pass give, row for row, bitwise the
 //! logits each sequence gives alone (and so the same greedy tokens), whatever else shares
 //! the step: 1, 3 and 16 slots, different prompt lengths and positions, sequences joining
-//! and leaving at different steps. Also the matmul kernels' batch invariance on its own.
+//! and leaving at different steps. Also mixed passes (a joining sequence's prompt fed in
+//! chunks of 1, 3 and 5 tokens through the decode steps, `Slots::step_mixed`) and the
+//! matmul kernels' batch invariance on its own.
 
 use pn_engine::sampler::argmax;
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
@@ -40,7 +42,13 @@ fn alone(r: &Runner, prompt: &[u32], steps: usize) -> Alone {
 
 /// Sequence i: a prompt of its own length, joining at step `join[i]` and decoding
 /// `steps[i]` tokens; all go through one slot table of `n_slots`, stepped together.
+/// `chunk`: a joining sequence's prompt is fed `chunk` tokens at a time inside the
+/// decode steps (mixed passes, one filling sequence at a time), else prefilled alone.
 fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
+    check_slots_chunked(model, n_slots, n_seq, None)
+}
+
+fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<usize>) {
     let r = runner(model, 2);
     let vocab = r.model().n_vocab();
     let prompts: Vec<Vec<u32>> = (0..n_seq).map(|i| tokens(i as u64 + 7, 1 + (i * 5) % 13, vocab)).collect();
@@ -53,10 +61,17 @@ fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
     let mut live: Vec<Option<(SlotHandle, u32, usize)>> = vec![None; n_seq];
     let mut got_toks: Vec<Vec<u32>> = vec![vec![]; n_seq];
     let mut done = vec![false; n_seq];
+    let mut filling: Option<(usize, SeqState, usize)> = None;
+    let mut filled = vec![false; n_seq];
     let mut step = 0;
     while done.iter().any(|d| !d) {
         for i in 0..n_seq {
-            if live[i].is_none() && !done[i] && join[i] <= step && slots.free_slot().is_some() {
+            let room = slots.n_bound() + usize::from(filling.is_some()) < n_slots;
+            let joining = live[i].is_none() && !done[i] && join[i] <= step && room;
+            if joining && chunk.is_some() && filling.is_none() && !filled[i] {
+                filled[i] = true;
+                filling = Some((i, r.new_state(256), 0));
+            } else if joining && chunk.is_none() {
                 let mut st = r.new_state(256);
                 let row = r.forward(&mut st, &prompts[i], false).unwrap().last().to_vec();
                 assert_eq!(row, want[i].rows[0], "seq {i}: prefill");
@@ -66,10 +81,27 @@ fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
             }
         }
         let batch: Vec<(usize, SlotHandle, u32)> = (0..n_seq).filter_map(|i| live[i].map(|(h, t, _)| (i, h, t))).collect();
-        if !batch.is_empty() {
-            let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
-            let logits = slots.step(&r, &pairs).unwrap();
-            assert_eq!(logits.rows(), batch.len());
+        let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
+        let mut logits = None;
+        if let (Some((i, st, p)), Some(c)) = (filling.as_mut(), chunk) {
+            let (i, p0) = (*i, *p);
+            let end = (p0 + c).min(prompts[i].len());
+            let l = slots.step_mixed(&r, &pairs, (st, &prompts[i][p0..end])).unwrap();
+            assert_eq!(l.rows(), batch.len() + end - p0);
+            *p = end;
+            if end == prompts[i].len() {
+                let row = l.last();
+                assert!(row == &want[i].rows[0][..], "{model}: seq {i}: prefill in chunks of {c} inside {} decode steps differs", batch.len());
+                let t = argmax(row) as u32;
+                got_toks[i].push(t);
+                let (_, st, _) = filling.take().unwrap();
+                live[i] = Some((slots.bind(st).unwrap(), t, 1));
+            }
+            logits = Some(l);
+        } else if !batch.is_empty() {
+            logits = Some(slots.step(&r, &pairs).unwrap());
+        }
+        if let Some(logits) = logits {
             for (row_i, &(i, h, _)) in batch.iter().enumerate() {
                 let (_, _, seen) = live[i].unwrap();
                 let row = logits.row(row_i);
@@ -108,6 +140,14 @@ fn three_slots_equal_alone() {
 #[test]
 fn sixteen_slots_equal_alone() {
     check_slots("ktiny-q4_k_m.gguf", 16, 20);
+}
+
+#[test]
+fn mixed_passes_equal_alone() {
+    for c in [1, 3, 5] {
+        check_slots_chunked("ktiny-q4_k_m.gguf", 4, 7, Some(c));
+    }
+    check_slots_chunked("tiny-f16.gguf", 3, 5, Some(2));
 }
 
 #[test]

@@ -2,8 +2,11 @@
 //!
 //! Every prompt (one per non-empty line) is prefilled through the prefix cache, bound to a
 //! slot, and decoded with the other live sequences in one forward pass per step; a
-//! finished sequence frees its slot for the next prompt. With async steps (default;
-//! `PN_ASYNC=0` disables) the next prompts' prefills run while the step is in flight.
+//! finished sequence frees its slot for the next prompt. With synchronous steps (the CPU
+//! default) a new prompt is prefilled in chunks of `--prefill-chunk` tokens inside the
+//! decode steps (mixed passes, `Slots::step_mixed`), so the live sequences keep
+//! streaming; with async steps (a resident backend, or `PN_ASYNC=1`) the next prompts'
+//! prefills run while the step is in flight.
 //! Outputs are one JSON line per prompt, in input order, on stdout; each sequence's
 //! tokens are those `pn run` gives for its prompt alone (batch-invariant kernels, same
 //! sampler settings, seed `--seed` + index). Aggregate tokens/s go to stderr.
@@ -48,6 +51,10 @@ pub struct BatchArgs {
     /// Do not reuse shared prompt prefixes ($PN_PREFIX_CACHE_MB=0 does the same)
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Most prompt tokens a decode step takes along (mixed passes: a new prompt is
+    /// prefilled in chunks inside the steps of the live sequences, synchronous steps)
+    #[arg(long, default_value_t = 64)]
+    prefill_chunk: usize,
 }
 
 /// A sequence being generated.
@@ -85,22 +92,67 @@ struct Batch<'a> {
     prefill_tokens: usize,
 }
 
+/// A prompt being prefilled in chunks inside the decode steps (mixed passes).
+struct Fill {
+    i: usize,
+    st: SeqState,
+    /// Tokens of the prompt in `st` so far.
+    p: usize,
+    reused: usize,
+}
+
 impl Batch<'_> {
-    /// Prefill prompt `i` and sample its first token; None when it finished at once.
-    fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
-        let ids = &self.ids[i];
-        let mut st = match self.spare.pop() {
+    fn state(&mut self) -> Result<SeqState> {
+        Ok(match self.spare.pop() {
             Some(s) => s,
             None => self.runner.alloc_state_within(&self.state_cfg, None)?.0,
-        };
-        let p = self.cache.prefill(self.runner, &mut st, ids)?;
-        self.prefill_tokens += ids.len() - p.reused;
+        })
+    }
+
+    /// Prefill prompt `i` alone and sample its first token; None when it finished at once.
+    fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
+        let mut st = self.state()?;
+        let p = self.cache.prefill(self.runner, &mut st, &self.ids[i])?;
+        self.prefill_tokens += self.ids[i].len() - p.reused;
+        self.admit(i, st, &p.logits, p.reused)
+    }
+
+    /// Start prompt `i` as a filling sequence: its cached prefix restored, the rest to
+    /// be fed in chunks of the next steps ([`Batch::feed`]).
+    fn begin_fill(&mut self, i: usize) -> Result<Fill> {
+        let mut st = self.state()?;
+        let reused = self.cache.begin(self.runner, &mut st, &self.ids[i])?;
+        Ok(Fill { i, st, p: reused, reused })
+    }
+
+    /// The next chunk of a filling sequence: at most `max` tokens, never past the
+    /// prefix cache's next cut (its snapshots stay where a cold prefill takes them).
+    fn chunk(&self, f: &Fill, max: usize) -> std::ops::Range<usize> {
+        let cut = self.cache.next_cut(self.runner, &self.ids[f.i], f.p);
+        f.p..cut.min(f.p + max.max(1))
+    }
+
+    /// After a pass that fed `f` up to `f.st.pos`: snapshots for the prefix cache and,
+    /// at the end of the prompt, its first token (`last`: the chunk's last logits row).
+    fn fed(&mut self, mut f: Fill, last: &[f32]) -> Result<Result<Option<Ready>, Fill>> {
+        self.prefill_tokens += f.st.pos - f.p;
+        f.p = f.st.pos;
+        self.cache.passed(&self.ids[f.i], &f.st);
+        if f.p < self.ids[f.i].len() {
+            return Ok(Err(f));
+        }
+        Ok(Ok(self.admit(f.i, f.st, last, f.reused)?))
+    }
+
+    /// Sample the first token of prompt `i` from its prefill's last logits.
+    fn admit(&mut self, i: usize, st: SeqState, logits: &[f32], reused: usize) -> Result<Option<Ready>> {
+        let ids = &self.ids[i];
         let mut sampler = Sampler::new(SamplerConfig { seed: self.cfg.seed.wrapping_add(i as u64), ..self.cfg });
         sampler.observe(ids);
-        let next = sampler.sample(load::finite(&p.logits)?);
+        let next = sampler.sample(load::finite(logits)?);
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
-        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: p.reused };
+        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })
     }
@@ -143,6 +195,9 @@ impl Batch<'_> {
 pub fn run(a: BatchArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n: expected at least 1 token to generate, found 0");
+    }
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk: expected at least 1 token, found 0");
     }
     let text = std::fs::read_to_string(&a.prompts_file).with_context(|| format!("--prompts-file: cannot read {}", a.prompts_file.display()))?;
     let prompts: Vec<String> = text.lines().map(|l| l.trim_end_matches('\r').to_string()).filter(|l| !l.trim().is_empty()).collect();
@@ -212,27 +267,47 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let mut live: Vec<(SlotHandle, Seq, u32)> = Vec::new();
     let t0 = Instant::now();
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
+    let mut filling: Option<Fill> = None;
     loop {
         // fill free slots with prefilled sequences
         while live.len() < n_slots {
             let r = match ready.pop_front() {
                 Some(r) => r,
-                None => match pending.pop_front() {
+                // synchronous: a prompt is prefilled alone only when nothing decodes,
+                // else in chunks inside the steps (below)
+                None if asynchronous || (live.is_empty() && filling.is_none()) => match pending.pop_front() {
                     Some(i) => match b.prefill(i)? {
                         Some(r) => r,
                         None => continue,
                     },
                     None => break,
                 },
+                None => break,
             };
             live.push((slots.bind(r.st)?, r.seq, r.next));
         }
-        if live.is_empty() {
+        if !asynchronous && filling.is_none() && live.len() + ready.len() < n_slots {
+            if let Some(i) = pending.pop_front() {
+                filling = Some(b.begin_fill(i)?);
+            }
+        }
+        if live.is_empty() && filling.is_none() {
             break;
         }
         let batch: Vec<(SlotHandle, u32)> = live.iter().map(|(h, _, t)| (*h, *t)).collect();
         let ts = Instant::now();
-        let logits = if asynchronous {
+        // room for a prefill chunk beside the decode tokens in one pass (ubatch)
+        let room = a.prefill_chunk.min(runner.ubatch.saturating_sub(batch.len()));
+        let logits = if let Some(mut f) = filling.take_if(|_| room > 0) {
+            // a mixed pass: the decode tokens and the next chunk of the filling prompt
+            let r = b.chunk(&f, room);
+            let l = slots.step_mixed(&runner, &batch, (&mut f.st, &b.ids[f.i][r]))?;
+            match b.fed(f, l.last())? {
+                Ok(r) => ready.extend(r),
+                Err(f) => filling = Some(f),
+            }
+            l
+        } else if asynchronous {
             slots.step_begin_with(&runner, &batch, true)?;
             // overlap: prefill what the slots freed by this step will need next
             let finishing = live.iter().filter(|(_, s, _)| s.generated + 1 >= s.n_gen).count();
@@ -247,6 +322,9 @@ pub fn run(a: BatchArgs) -> Result<()> {
             slots.step(&runner, &batch)?
         };
         decode_s += ts.elapsed().as_secs_f64();
+        if batch.is_empty() {
+            continue;
+        }
         steps += 1;
         step_tokens += batch.len();
         let mut still = Vec::with_capacity(live.len());
