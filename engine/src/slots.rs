@@ -8,8 +8,8 @@
 //! a sequence table of each one's tokens on the token axis, and each one's layer state;
 //! the CPU runs one parallel loop over the (sequence, head) rows of all of them).
 //! Positions are per token, each sequence's own, and every row is bitwise what the
-//! sequence gives alone (tests/tests/slots.rs). [`Slots::step_mixed`] adds a prefill
-//! chunk of another sequence to a step.
+//! sequence gives alone (tests/tests/slots.rs). [`Slots::step_mixed`] adds prefill
+//! chunks of other sequences to a step.
 //!
 //! Slots own the bound sequences' states (binding, moving, compacting and resizing move
 //! the `SeqState` values: layers a resident backend holds stay there, keyed by the
@@ -68,7 +68,7 @@ pub enum SlotError {
     NothingInFlight,
     #[error("no slots to step")]
     EmptyStep,
-    #[error("a mixed pass of {decode} decode tokens and a {chunk}-token prefill chunk exceeds the {max} tokens of a pass (ubatch): use a shorter chunk")]
+    #[error("a mixed pass of {decode} decode tokens and {chunk} prefill tokens exceeds the {max} tokens of a pass (ubatch): use shorter chunks")]
     ChunkTooLong { decode: usize, chunk: usize, max: usize },
     #[error("{0}")]
     Memory(String),
@@ -257,25 +257,27 @@ impl Slots {
 }
 
 impl Slots {
-    /// A mixed pass: the decode step of `batch` (as [`Slots::step`]; may be empty) and a
-    /// prefill chunk of a sequence not in a slot, `chunk` = (its state, its next
+    /// A mixed pass: the decode step of `batch` (as [`Slots::step`]; may be empty) and
+    /// prefill chunks of sequences not in a slot, `chunks[j]` = (its state, its next
     /// tokens), in ONE forward pass (chunked prefill interleaved with decode: the slots
-    /// keep streaming while a long prompt comes in). The chunk is bounded: batch + chunk
-    /// tokens ≤ the runner's `ubatch`. Returns one row per batch entry, then one per
-    /// chunk token (the last: the logits after the chunk). Every row is bitwise what
-    /// the sequence gives alone (tests/tests/slots.rs).
-    pub fn step_mixed(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)], chunk: (&mut SeqState, &[u32])) -> Result<Logits, SlotError> {
+    /// keep streaming while new prompts come in, and the weights stream once for all).
+    /// Bounded: batch + chunk tokens ≤ the runner's `ubatch`. Returns one row per batch
+    /// entry, then one per token of each chunk in order (a chunk's last row: the logits
+    /// after it). Every row is bitwise what the sequence gives alone
+    /// (tests/tests/slots.rs).
+    pub fn step_mixed(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)], chunks: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, SlotError> {
         let max = runner.ubatch.max(1);
-        if batch.len() + chunk.1.len() > max {
-            return Err(SlotError::ChunkTooLong { decode: batch.len(), chunk: chunk.1.len(), max });
+        let chunk: usize = chunks.iter().map(|c| c.1.len()).sum();
+        if batch.len() + chunk > max {
+            return Err(SlotError::ChunkTooLong { decode: batch.len(), chunk, max });
         }
         if batch.is_empty() {
-            return Ok(runner.forward_multi(&mut [chunk])?);
+            return Ok(runner.forward_multi(chunks)?);
         }
         let (idx, mut states) = self.take_batch(batch)?;
         let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
         let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
-        parts.push(chunk);
+        parts.extend(chunks.iter_mut().map(|(s, t)| (&mut **s, *t)));
         let res = runner.forward_multi(&mut parts);
         drop(parts);
         self.put_back(&idx, states);

@@ -1,9 +1,9 @@
 //! Decode slots: K sequences stepped in one forward pass give, row for row, bitwise the
 //! logits each sequence gives alone (and so the same greedy tokens), whatever else shares
 //! the step: 1, 3 and 16 slots, different prompt lengths and positions, sequences joining
-//! and leaving at different steps. Also mixed passes (a joining sequence's prompt fed in
-//! chunks of 1, 3 and 5 tokens through the decode steps, `Slots::step_mixed`) and the
-//! matmul kernels' batch invariance on its own.
+//! and leaving at different steps. Also mixed passes (joining sequences' prompts fed in
+//! chunks of 1 to 6 tokens through the decode steps, two at a time, `Slots::step_mixed`)
+//! and the matmul kernels' batch invariance on its own.
 
 use pn_engine::sampler::argmax;
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
@@ -61,16 +61,18 @@ fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<
     let mut live: Vec<Option<(SlotHandle, u32, usize)>> = vec![None; n_seq];
     let mut got_toks: Vec<Vec<u32>> = vec![vec![]; n_seq];
     let mut done = vec![false; n_seq];
-    let mut filling: Option<(usize, SeqState, usize)> = None;
+    // sequences being prefilled in chunks inside the steps: (index, state, tokens fed)
+    let mut filling: Vec<(usize, SeqState, usize)> = Vec::new();
     let mut filled = vec![false; n_seq];
     let mut step = 0;
     while done.iter().any(|d| !d) {
         for i in 0..n_seq {
-            let room = slots.n_bound() + usize::from(filling.is_some()) < n_slots;
+            let room = slots.n_bound() + filling.len() < n_slots;
             let joining = live[i].is_none() && !done[i] && join[i] <= step && room;
-            if joining && chunk.is_some() && filling.is_none() && !filled[i] {
+            // up to two sequences fill at once, in chunks of c and c + 1 tokens
+            if joining && chunk.is_some() && filling.len() < 2 && !filled[i] {
                 filled[i] = true;
-                filling = Some((i, r.new_state(256), 0));
+                filling.push((i, r.new_state(256), 0));
             } else if joining && chunk.is_none() {
                 let mut st = r.new_state(256);
                 let row = r.forward(&mut st, &prompts[i], false).unwrap().last().to_vec();
@@ -83,18 +85,28 @@ fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<
         let batch: Vec<(usize, SlotHandle, u32)> = (0..n_seq).filter_map(|i| live[i].map(|(h, t, _)| (i, h, t))).collect();
         let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
         let mut logits = None;
-        if let (Some((i, st, p)), Some(c)) = (filling.as_mut(), chunk) {
-            let (i, p0) = (*i, *p);
-            let end = (p0 + c).min(prompts[i].len());
-            let l = slots.step_mixed(&r, &pairs, (st, &prompts[i][p0..end])).unwrap();
-            assert_eq!(l.rows(), batch.len() + end - p0);
-            *p = end;
-            if end == prompts[i].len() {
-                let row = l.last();
-                assert!(row == &want[i].rows[0][..], "{model}: seq {i}: prefill in chunks of {c} inside {} decode steps differs", batch.len());
-                let t = argmax(row) as u32;
+        if let (false, Some(c)) = (filling.is_empty(), chunk) {
+            let ends: Vec<usize> = filling.iter().enumerate().map(|(j, &(i, _, p))| (p + c + j).min(prompts[i].len())).collect();
+            let mut chunks: Vec<(&mut SeqState, &[u32])> =
+                filling.iter_mut().zip(&ends).map(|((i, st, p), &e)| (st, &prompts[*i][*p..e])).collect();
+            let l = slots.step_mixed(&r, &pairs, &mut chunks).unwrap();
+            let mut row_end = batch.len();
+            for (f, &e) in filling.iter_mut().zip(&ends) {
+                row_end += e - f.2;
+                f.2 = e;
+                if e == prompts[f.0].len() {
+                    let row = l.row(row_end - 1);
+                    assert!(row == &want[f.0].rows[0][..], "{model}: seq {}: prefill in chunks of {c}.. inside {} decode steps differs", f.0, batch.len());
+                }
+            }
+            assert_eq!(l.rows(), row_end);
+            for (i, st, p) in std::mem::take(&mut filling) {
+                if p < prompts[i].len() {
+                    filling.push((i, st, p));
+                    continue;
+                }
+                let t = argmax(&want[i].rows[0]) as u32;
                 got_toks[i].push(t);
-                let (_, st, _) = filling.take().unwrap();
                 live[i] = Some((slots.bind(st).unwrap(), t, 1));
             }
             logits = Some(l);

@@ -51,9 +51,10 @@ pub struct BatchArgs {
     /// Do not reuse shared prompt prefixes ($PN_PREFIX_CACHE_MB=0 does the same)
     #[arg(long)]
     no_prefix_cache: bool,
-    /// Most prompt tokens a decode step takes along (mixed passes: a new prompt is
-    /// prefilled in chunks inside the steps of the live sequences, synchronous steps)
-    #[arg(long, default_value_t = 64)]
+    /// Most prompt tokens one pass takes along beside the decode tokens (synchronous
+    /// steps: new prompts are prefilled in chunks inside the steps of the live sequences,
+    /// mixed passes); bounded by --ubatch
+    #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
 }
 
@@ -125,11 +126,20 @@ impl Batch<'_> {
         Ok(Fill { i, st, p: reused, reused })
     }
 
-    /// The next chunk of a filling sequence: at most `max` tokens, never past the
+    /// Whether prompt `i` should wait for a prompt being filled: it shares at least a
+    /// snapshot interval of prefix with it, which the prefix cache serves once that
+    /// prefill has passed there.
+    fn waits_for_cache(&self, i: usize, filling: &[Fill]) -> bool {
+        let iv = self.cache.config().interval;
+        let on = self.cache.config().budget_bytes > 0 && iv > 0;
+        on && filling.iter().any(|f| self.ids[f.i].iter().zip(&self.ids[i]).take_while(|(a, b)| a == b).count() >= iv)
+    }
+
+    /// The next chunk of a filling sequence: at most `max` tokens (none for 0), never past the
     /// prefix cache's next cut (its snapshots stay where a cold prefill takes them).
     fn chunk(&self, f: &Fill, max: usize) -> std::ops::Range<usize> {
         let cut = self.cache.next_cut(self.runner, &self.ids[f.i], f.p);
-        f.p..cut.min(f.p + max.max(1))
+        f.p..cut.min(f.p + max)
     }
 
     /// After a pass that fed `f` up to `f.st.pos`: snapshots for the prefix cache and,
@@ -267,15 +277,14 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let mut live: Vec<(SlotHandle, Seq, u32)> = Vec::new();
     let t0 = Instant::now();
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
-    let mut filling: Option<Fill> = None;
+    // prompts being prefilled in chunks inside the steps (synchronous steps)
+    let mut filling: Vec<Fill> = Vec::new();
     loop {
         // fill free slots with prefilled sequences
         while live.len() < n_slots {
             let r = match ready.pop_front() {
                 Some(r) => r,
-                // synchronous: a prompt is prefilled alone only when nothing decodes,
-                // else in chunks inside the steps (below)
-                None if asynchronous || (live.is_empty() && filling.is_none()) => match pending.pop_front() {
+                None if asynchronous => match pending.pop_front() {
                     Some(i) => match b.prefill(i)? {
                         Some(r) => r,
                         None => continue,
@@ -286,25 +295,49 @@ pub fn run(a: BatchArgs) -> Result<()> {
             };
             live.push((slots.bind(r.st)?, r.seq, r.next));
         }
-        if !asynchronous && filling.is_none() && live.len() + ready.len() < n_slots {
-            if let Some(i) = pending.pop_front() {
-                filling = Some(b.begin_fill(i)?);
+        // synchronous: start prompts for the free slots, and one ahead of a slot that
+        // frees up (its prefill then rides along in the decode passes)
+        while !asynchronous && live.len() + ready.len() + filling.len() < n_slots + 1 {
+            let Some(&i) = pending.front() else { break };
+            if b.waits_for_cache(i, &filling) {
+                break;
             }
+            pending.pop_front();
+            filling.push(b.begin_fill(i)?);
         }
-        if live.is_empty() && filling.is_none() {
+        if live.is_empty() && filling.is_empty() {
             break;
         }
         let batch: Vec<(SlotHandle, u32)> = live.iter().map(|(h, _, t)| (*h, *t)).collect();
         let ts = Instant::now();
-        // room for a prefill chunk beside the decode tokens in one pass (ubatch)
-        let room = a.prefill_chunk.min(runner.ubatch.saturating_sub(batch.len()));
-        let logits = if let Some(mut f) = filling.take_if(|_| room > 0) {
-            // a mixed pass: the decode tokens and the next chunk of the filling prompt
-            let r = b.chunk(&f, room);
-            let l = slots.step_mixed(&runner, &batch, (&mut f.st, &b.ids[f.i][r]))?;
-            match b.fed(f, l.last())? {
-                Ok(r) => ready.extend(r),
-                Err(f) => filling = Some(f),
+        // prefill tokens that ride along with the decode tokens in one pass (ubatch)
+        let mut room = a.prefill_chunk.min(runner.ubatch.saturating_sub(batch.len()));
+        let logits = if !filling.is_empty() && room > 0 {
+            // a mixed pass: the decode tokens and the next chunks of the filling prompts
+            let ranges: Vec<std::ops::Range<usize>> = filling
+                .iter()
+                .map(|f| {
+                    let r = b.chunk(f, room);
+                    room -= r.len();
+                    r
+                })
+                .collect();
+            let mut chunks: Vec<(&mut SeqState, &[u32])> =
+                filling.iter_mut().zip(&ranges).filter(|(_, r)| !r.is_empty()).map(|(f, r)| (&mut f.st, &b.ids[f.i][r.clone()])).collect();
+            let l = slots.step_mixed(&runner, &batch, &mut chunks)?;
+            drop(chunks);
+            let mut row = batch.len();
+            for f in std::mem::take(&mut filling) {
+                let n = f.st.pos - f.p;
+                row += n;
+                if n == 0 {
+                    filling.push(f);
+                    continue;
+                }
+                match b.fed(f, l.row(row - 1))? {
+                    Ok(r) => ready.extend(r),
+                    Err(f) => filling.push(f),
+                }
             }
             l
         } else if asynchronous {
@@ -321,10 +354,10 @@ pub fn run(a: BatchArgs) -> Result<()> {
         } else {
             slots.step(&runner, &batch)?
         };
-        decode_s += ts.elapsed().as_secs_f64();
         if batch.is_empty() {
             continue;
         }
+        decode_s += ts.elapsed().as_secs_f64();
         steps += 1;
         step_tokens += batch.len();
         let mut still = Vec::with_capacity(live.len());

@@ -3,7 +3,7 @@
 //! vectorized recurrence for short batches — see `delta_chunk`).
 
 use crate::par;
-use pn_ops::reference::common::{act_f32, conv_state, out_f32, recurrent_state, weight, weight_f32};
+use pn_ops::reference::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
 use pn_ops::{LayerState, OpError, RecurrentState, SeqSpan, Tensor, TensorMeta, Value};
 use crate::delta_chunk::{self, HeadIn, Scratch};
 use rayon::prelude::*;
@@ -245,19 +245,7 @@ impl<'a> Delta<'a> {
     }
     /// The layer state, checked against this call's heads and dims.
     fn state<'s>(&self, state: Option<&'s mut LayerState>) -> Result<&'s mut RecurrentState, OpError> {
-        const OP: &str = "DeltaRule";
-        let st = recurrent_state(OP, state)?;
-        let (dk, dv, hv) = (self.dk, self.dv, self.hv);
-        if st.n_v_heads != hv || st.head_k_dim != dk || st.head_v_dim != dv || st.ssm.len() != hv * dv * dk {
-            return Err(OpError::Invalid {
-                op: OP,
-                msg: format!(
-                    "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
-                    st.n_v_heads, st.head_k_dim, st.head_v_dim
-                ),
-            });
-        }
-        Ok(st)
+        ssm_state("DeltaRule", state, (self.hv, self.dk, self.dv))
     }
 }
 

@@ -241,6 +241,26 @@ pub fn recurrent_state<'s>(
     }
 }
 
+/// The layer's recurrent state, with its delta-rule state checked against `hv` V heads
+/// of `dk` × `dv` (the one check of that shape, for every backend).
+pub fn ssm_state<'s>(
+    op: &'static str,
+    state: Option<&'s mut LayerState>,
+    (hv, dk, dv): (usize, usize, usize),
+) -> Result<&'s mut RecurrentState, OpError> {
+    let st = recurrent_state(op, state)?;
+    if st.n_v_heads != hv || st.head_k_dim != dk || st.head_v_dim != dv || st.ssm.len() != hv * dv * dk {
+        return Err(OpError::Invalid {
+            op,
+            msg: format!(
+                "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
+                st.n_v_heads, st.head_k_dim, st.head_v_dim
+            ),
+        });
+    }
+    Ok(st)
+}
+
 /// The first `t` positions of a stateful op's position input (it must have at least `t`).
 pub fn token_positions<'a>(op: &'static str, pos: &'a [i32], t: usize) -> Result<&'a [i32], OpError> {
     if pos.len() < t {
