@@ -365,23 +365,32 @@ fn delta_rule_seqs_of(seqs: &mut [(Delta<'_>, &mut RecurrentState)], n: usize, y
     };
     {
         let ohs: &mut [f32] = if direct { &mut *y } else { &mut oh };
-        // (sequence, V head) tasks: the head's state [Dv][Dk] and output [t][Dv]
-        let mut tasks: Vec<(&Delta<'_>, usize, &mut [f32], &mut [f32])> = Vec::with_capacity(seqs.len() * hv);
-        let mut rest = ohs;
-        for (p, st) in seqs.iter_mut() {
-            let (mine, tail) = rest.split_at_mut(hv * p.t * dv);
-            rest = tail;
-            let t = p.t;
-            let p: &Delta<'_> = p;
-            for (h, (s, o)) in st.ssm.chunks_mut(dk * dv).zip(mine.chunks_mut(t * dv)).enumerate() {
-                tasks.push((p, h, s, o));
+        let serial = n * dk < par::SERIAL_WORK || par::outside_pool();
+        if let [(p, st)] = seqs {
+            // one sequence: its heads, no task list (nothing allocated per decode step)
+            if serial {
+                st.ssm.chunks_mut(dk * dv).zip(ohs.chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
+            } else {
+                st.ssm.par_chunks_mut(dk * dv).zip(ohs.par_chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
             }
-        }
-        let work = n * dk;
-        if work < par::SERIAL_WORK || par::outside_pool() {
-            tasks.into_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
         } else {
-            tasks.into_par_iter().with_max_len(1).for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+            // (sequence, V head) tasks: the head's state [Dv][Dk] and output [t][Dv]
+            let mut tasks: Vec<(&Delta<'_>, usize, &mut [f32], &mut [f32])> = Vec::with_capacity(seqs.len() * hv);
+            let mut rest = ohs;
+            for (p, st) in seqs.iter_mut() {
+                let (mine, tail) = rest.split_at_mut(hv * p.t * dv);
+                rest = tail;
+                let t = p.t;
+                let p: &Delta<'_> = p;
+                for (h, (s, o)) in st.ssm.chunks_mut(dk * dv).zip(mine.chunks_mut(t * dv)).enumerate() {
+                    tasks.push((p, h, s, o));
+                }
+            }
+            if serial {
+                tasks.into_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+            } else {
+                tasks.into_par_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+            }
         }
     }
     if direct {
