@@ -62,8 +62,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     };
     let mut all = head.as_object().expect("an object").clone();
     all.append(line.as_object_mut().expect("an object"));
-    println!("{}", serde_json::Value::Object(all));
-    Ok(())
+    crate::output::print(&mut std::io::stdout().lock(), &format!("{}\n", serde_json::Value::Object(all)))
 }
 
 /// One sequence: prefill the prompt, then `gen` single-token passes.
@@ -72,8 +71,8 @@ fn single(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConf
     // the same token stream as llama_bench.py
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % v) as u32).collect();
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
-    for _ in 0..a.reps {
-        let mut st = load::alloc_state(l, cfg)?;
+    for rep in 0..a.reps {
+        let mut st = if rep == 0 { load::first_state(l, cfg)? } else { load::alloc_state(l, cfg)? };
         let t0 = Instant::now();
         l.runner.forward(&mut st, &prompt, false)?;
         let t1 = Instant::now();
@@ -93,13 +92,13 @@ fn single(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConf
 fn slots(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConfig, k: usize) -> Result<serde_json::Value> {
     let v = l.runner.model().n_vocab() - 8;
     let (mut best_tg, mut best_all, mut best_pp) = (0f64, 0f64, 0f64);
-    for _ in 0..a.reps {
+    for rep in 0..a.reps {
         let mut table = Slots::new(k);
         let t0 = Instant::now();
         let mut hs: Vec<SlotHandle> = Vec::with_capacity(k);
         for s in 0..k {
             let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((s * 7919 + i * 13) % v) as u32).collect();
-            let mut st = load::alloc_state(l, cfg)?;
+            let mut st = if rep == 0 && s == 0 { load::first_state(l, cfg)? } else { load::alloc_state(l, cfg)? };
             l.runner.forward(&mut st, &prompt, false)?;
             hs.push(table.bind(st)?);
         }
