@@ -115,3 +115,20 @@ fn batch_bad_input_is_an_error() {
     assert!(err.contains("--slots"), "{err}");
     assert!(!err.contains("panicked"));
 }
+
+#[test]
+fn bench_slots_prints_one_json_line() {
+    let (code, out, err) = pn(&["bench", "--slots", "3", "--prompt-len", "4", "--gen", "2", "--reps", "1", "--threads", "2"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON line");
+    assert_eq!(v["seqs"], 3);
+    assert_eq!((v["prompt_len"].as_u64(), v["gen"].as_u64()), (Some(4), Some(2)));
+    for k in ["agg_tg_tok_s", "agg_tok_s", "pp_tok_s"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    let (code, _, err) = pn(&["bench", "--slots", "0", "--gen", "1", "--reps", "1"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--slots: expected 1..=256"), "{err}");
+}
