@@ -13,6 +13,7 @@ mod cmd_synth;
 mod cmd_tokenize;
 mod load;
 mod sampling;
+mod synth_arch;
 mod synth_write;
 mod tensor_opts;
 
