@@ -92,7 +92,7 @@ pub fn run(a: InfoArgs) -> Result<()> {
     for (k, v) in &g.metadata {
         println!("  {k} = {}", show(v));
     }
-    println!("\n== model");
+    println!("\n== model (supported architectures: {})", pn_models::SUPPORTED.join(", "));
     match pn_models::load(&g) {
         Ok(m) => {
             for (k, v) in m.describe() {
