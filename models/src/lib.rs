@@ -3,7 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod blocks;
-pub mod dense;
+pub mod decoder;
 pub mod llama;
 pub mod meta;
 pub mod qwen2;
@@ -26,7 +26,7 @@ pub fn load(g: &Gguf) -> Result<Arc<dyn Model>, ConfigError> {
     match arch {
         "qwen35moe" => Ok(Arc::new(qwen35moe::Qwen35::load(g, arch, qwen35moe::Ffn::Moe)?)),
         "qwen35" => Ok(Arc::new(qwen35moe::Qwen35::load(g, arch, qwen35moe::Ffn::Dense)?)),
-        "qwen3moe" => Ok(Arc::new(qwen3moe::Qwen3Moe::load(g)?)),
+        "qwen3moe" => Ok(Arc::new(qwen3moe::load(g)?)),
         "qwen3" => Ok(Arc::new(qwen3::load(g)?)),
         "qwen2" => Ok(Arc::new(qwen2::load(g)?)),
         "llama" => Ok(Arc::new(llama::load(g)?)),

@@ -3,15 +3,15 @@
 //! llama3 rope scaling as per-pair frequency factors (`rope_freqs.weight`, n_rot/2 f32),
 //! which the RoPE op divides θ by; linear scaling comes from `rope.scaling.factor`.
 
-use crate::dense::{Dense, Flavor};
+use crate::decoder::{Decoder, Flavor};
 use crate::meta::{ConfigError, Meta};
 use crate::weights::Weights;
 use pn_engine::Gguf;
 use pn_ops::RopeMode;
 
-pub const FLAVOR: Flavor = Flavor { arch: "llama", rope: RopeMode::Normal, qk_norm: false, qkv_bias: false };
+pub const FLAVOR: Flavor = Flavor { arch: "llama", rope: RopeMode::Normal, qk_norm: false, qkv_bias: false, moe: false };
 
-pub fn load(g: &Gguf) -> Result<Dense, ConfigError> {
+pub fn load(g: &Gguf) -> Result<Decoder, ConfigError> {
     let m = Meta::new(g, FLAVOR.arch);
     if m.usize_or("expert_count", 0)? > 0 {
         return Err(ConfigError::Invalid(format!("{}: llama files with experts (Mixtral) are not supported", m.key("expert_count"))));
@@ -21,5 +21,5 @@ pub fn load(g: &Gguf) -> Result<Dense, ConfigError> {
     }
     // the factors are read as f32 rows by every backend (the converter writes them F32)
     Weights::from_gguf(g).require_f32("rope_freqs.weight").map_err(|e| ConfigError::Invalid(e.to_string()))?;
-    Dense::load(g, FLAVOR)
+    Decoder::load(g, FLAVOR)
 }

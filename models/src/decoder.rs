@@ -1,8 +1,9 @@
-//! The dense pre-norm GQA decoder that Llama, Qwen2 and Qwen3 share: per layer
-//! `h += W_o·attn(RMSN(h, attn_norm))`, `h += swiglu(RMSN(h, ffn_norm))`, then the head.
-//! What differs between them is metadata the architecture file checks and passes in:
-//! the RoPE pairing, whether Q/K norms and Q/K/V biases are required, and extra
-//! checks (llama's `rope_freqs`). The graph itself reads only tensor presence.
+//! The pre-norm GQA decoder that Llama, Qwen2, Qwen3 and Qwen3-MoE share: per layer
+//! `h += W_o·attn(RMSN(h, attn_norm))`, `h += ffn(RMSN(h, ffn_norm))` with a SwiGLU MLP
+//! or (`expert_count` > 0) softmax-routed experts, then the head. What differs between
+//! them is what the architecture file states and checks: the RoPE pairing, whether Q/K
+//! norms and Q/K/V biases are required, whether experts are. The graph itself reads
+//! only tensor presence.
 
 use crate::blocks::{self, head, rms_norm, AttnDims};
 use crate::meta::{ConfigError, Meta};
@@ -20,6 +21,17 @@ pub struct Flavor {
     pub qk_norm: bool,
     /// Every layer has `attn_{q,k,v}.bias` (Qwen2).
     pub qkv_bias: bool,
+    /// The FFN is routed experts (`expert_count`, `expert_used_count`), not an MLP.
+    pub moe: bool,
+}
+
+/// The feed-forward block of every layer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Ffn {
+    /// SwiGLU of this width.
+    Mlp(usize),
+    /// Softmax top-k experts: (experts, used per token, expert width).
+    Moe(usize, usize, usize),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -27,18 +39,18 @@ pub struct Config {
     pub n_layer: usize,
     pub n_vocab: usize,
     pub context_length: usize,
-    pub n_ff: usize,
+    pub ffn: Ffn,
     pub attn: AttnDims,
 }
 
-pub struct Dense {
+pub struct Decoder {
     pub flavor: Flavor,
     pub cfg: Config,
     w: Weights,
 }
 
-impl Dense {
-    pub fn load(g: &Gguf, flavor: Flavor) -> Result<Dense, ConfigError> {
+impl Decoder {
+    pub fn load(g: &Gguf, flavor: Flavor) -> Result<Decoder, ConfigError> {
         let m = Meta::new(g, flavor.arch);
         let attn = AttnDims::load(&m, flavor.rope)?;
         let n_vocab = g
@@ -65,12 +77,25 @@ impl Dense {
                 }
             }
         }
-        let cfg = Config { n_layer, n_vocab, context_length: m.usize("context_length")?, n_ff: m.usize("feed_forward_length")?, attn };
-        Ok(Dense { flavor, cfg, w })
+        let ffn = if flavor.moe {
+            let (n_expert, n_used) = (m.usize("expert_count")?, m.usize("expert_used_count")?);
+            if n_used == 0 || n_used > n_expert {
+                return Err(ConfigError::Invalid(format!("{}: expected 1..={n_expert}, found {n_used}", m.key("expert_used_count"))));
+            }
+            let width = match m.usize_or("expert_feed_forward_length", 0)? {
+                0 => m.usize("feed_forward_length")? / n_used,
+                x => x,
+            };
+            Ffn::Moe(n_expert, n_used, width)
+        } else {
+            Ffn::Mlp(m.usize("feed_forward_length")?)
+        };
+        let cfg = Config { n_layer, n_vocab, context_length: m.usize("context_length")?, ffn, attn };
+        Ok(Decoder { flavor, cfg, w })
     }
 }
 
-impl Model for Dense {
+impl Model for Decoder {
     fn arch(&self) -> &str {
         self.flavor.arch
     }
@@ -84,7 +109,8 @@ impl Model for Dense {
         self.cfg.context_length
     }
     fn layers(&self) -> Vec<LayerInfo> {
-        (0..self.cfg.n_layer).map(|i| LayerInfo { index: i, kind: "attention + mlp".into() }).collect()
+        let ffn = if self.flavor.moe { "moe" } else { "mlp" };
+        (0..self.cfg.n_layer).map(|i| LayerInfo { index: i, kind: format!("attention + {ffn}") }).collect()
     }
 
     fn build(&self, geom: Geometry, b: &mut GraphBuilder) -> Result<(), GraphError> {
@@ -100,7 +126,10 @@ impl Model for Dense {
             let o = blocks::self_attention(b, &self.w, il, x, pos, t, a)?;
             h = b.op(Op::Binary(BinaryOp::Add), &[o, h], "ffn_inp")?;
             let y = rms_norm(b, &self.w, h, &format!("blk.{il}.ffn_norm.weight"), a.n_embd, a.eps, "ffn_norm")?;
-            let f = blocks::swiglu(b, &self.w, il, y, "", a.n_embd, c.n_ff, "ffn_out")?;
+            let f = match c.ffn {
+                Ffn::Mlp(n_ff) => blocks::swiglu(b, &self.w, il, y, "", a.n_embd, n_ff, "ffn_out")?,
+                Ffn::Moe(n, k, width) => blocks::routed_experts(b, &self.w, il, y, (a.n_embd, n, k, width))?,
+            };
             h = b.op(Op::Binary(BinaryOp::Add), &[f, h], "l_out")?;
         }
         head(b, &self.w, h, (a.n_embd, c.n_vocab, t), a.eps, !geom.all_logits)?;
@@ -125,7 +154,10 @@ impl Model for Dense {
             ("n_vocab".into(), c.n_vocab.to_string()),
             ("context_length".into(), c.context_length.to_string()),
             ("attention".into(), c.attn.describe()),
-            ("ffn".into(), format!("SwiGLU width {}", c.n_ff)),
+            match c.ffn {
+                Ffn::Mlp(n_ff) => ("ffn".into(), format!("SwiGLU width {n_ff}")),
+                Ffn::Moe(n, k, width) => ("moe".into(), format!("{n} experts, top-{k}, width {width}")),
+            },
             ("rms_eps".into(), format!("{:e}", c.attn.eps)),
         ];
         if self.w.has("rope_freqs.weight") {
