@@ -83,12 +83,13 @@ impl Tokenizer {
         let kind = match model.as_str() {
             "gpt2" => VocabKind::Bpe,
             "llama" => VocabKind::Spm,
+            "gemma4" => VocabKind::BpeRaw,
             _ => return Err(TokenizerError::UnsupportedModel { found: model }),
         };
         let tokens = get_str_array(g, "tokenizer.ggml.tokens")?
             .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
         let merges = match kind {
-            VocabKind::Bpe => get_str_array(g, "tokenizer.ggml.merges")?
+            VocabKind::Bpe | VocabKind::BpeRaw => get_str_array(g, "tokenizer.ggml.merges")?
                 .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?,
             VocabKind::Spm => Vec::new(),
         };

@@ -72,6 +72,9 @@ pub enum VocabKind {
     Bpe,
     /// `llama`: SentencePiece, merges by token score, `<0xXX>` byte fallback.
     Spm,
+    /// `gemma4`: BPE by rank over raw UTF-8 (spaces as `▁`, no byte-level map),
+    /// pieces split at newline runs, `<0xXX>` byte fallback.
+    BpeRaw,
 }
 
 /// Plain data a tokenizer is built from (what `from_gguf` extracts).
@@ -198,7 +201,11 @@ impl Tokenizer {
         for (i, t) in d.tokens.iter().enumerate() {
             token_to_id.insert(t.clone(), i as u32); // the last duplicate wins, like llama.cpp
         }
-        let bpe = Bpe::new(&token_to_id, n as u32, &d.merges)?;
+        let bpe = match d.kind {
+            VocabKind::BpeRaw => Bpe::new_raw(&token_to_id, n as u32, &d.merges)?,
+            _ => Bpe::new(&token_to_id, n as u32, &d.merges)?,
+        };
+        let text_tokens = d.kind != VocabKind::Bpe; // token texts are UTF-8 with ▁, bytes <0xXX>
         let spm = (d.kind == VocabKind::Spm).then(|| Spm::new(&token_to_id, d.scores));
         let valid = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
         let (bos, eos, pad) = (valid(d.bos), valid(d.eos), valid(d.pad));
@@ -236,10 +243,10 @@ impl Tokenizer {
                 token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED => {
                     piece_data.extend_from_slice(t.as_bytes())
                 }
-                token_type::NORMAL if spm.is_some() => {
+                token_type::NORMAL if text_tokens => {
                     piece_data.extend_from_slice(t.replace('\u{2581}', " ").as_bytes())
                 }
-                token_type::BYTE if spm.is_some() => piece_data.extend(Spm::byte_of(t)),
+                token_type::BYTE if text_tokens => piece_data.extend(Spm::byte_of(t)),
                 token_type::NORMAL => {
                     for c in t.chars() {
                         match c2b.get(c as usize) {
@@ -254,7 +261,10 @@ impl Tokenizer {
             }
             piece_off.push(piece_data.len().min(u32::MAX as usize) as u32);
         }
-        let pre = PreTokenizer::from_name(&d.pre);
+        let pre = match d.kind {
+            VocabKind::BpeRaw => PreTokenizer::Newlines, // llama.cpp sets "gemma4" for the model
+            _ => PreTokenizer::from_name(&d.pre),
+        };
         Ok(Tokenizer {
             kind: d.kind,
             tokens: d.tokens,
@@ -375,6 +385,9 @@ impl Tokenizer {
         };
         for frag in self.partition(text, parse_special) {
             match frag {
+                Frag::Text(a, b) if self.kind == VocabKind::BpeRaw => {
+                    self.encode_text(&text[a..b].replace(' ', "\u{2581}"), &mut st, &mut out)
+                }
                 Frag::Text(a, b) => self.encode_text(&text[a..b], &mut st, &mut out),
                 Frag::Token(id) => out.push(id),
             }
@@ -453,7 +466,13 @@ impl Tokenizer {
         } = st;
         split.split(self.pre, text, |piece| {
             let w = piece.as_bytes();
-            if self.ignore_merges && w.len() > 1 {
+            // a piece that is a token as a whole: llama3's ignore_merges, gemma4's newline runs
+            if self.kind == VocabKind::BpeRaw && w.iter().all(|&b| b == b'\n') {
+                if let Some(&id) = self.token_to_id.get(piece) {
+                    out.push(id);
+                    return;
+                }
+            } else if self.ignore_merges && w.len() > 1 {
                 let encoded: String = w.iter().map(|&b| bpe::byte_to_char(b)).collect();
                 if let Some(&id) = self.token_to_id.get(&encoded) {
                     out.push(id);

@@ -37,6 +37,8 @@ pub enum PreTokenizer {
     DeepseekLlm,
     /// `deepseek-coder`: newlines, `\s?\p{L}+`, `\s?\p{P}+`, CJK runs, `\p{N}`.
     DeepseekCoder,
+    /// `gemma4`: `[^\n]+|[\n]+` (runs of newlines and of everything else).
+    Newlines,
 }
 
 const fn run(ws: bool, class: Class, rep: Rep) -> Stage {
@@ -74,6 +76,7 @@ impl PreTokenizer {
             | "minerva-7b" => PreTokenizer::Starcoder,
             "deepseek-llm" => PreTokenizer::DeepseekLlm,
             "deepseek-coder" => PreTokenizer::DeepseekCoder,
+            "gemma4" => PreTokenizer::Newlines,
             _ => PreTokenizer::Gpt2,
         }
     }
@@ -157,6 +160,13 @@ impl Splitter {
             PreTokenizer::Starcoder => split_stages(STARCODER, cp, &mut emit),
             PreTokenizer::DeepseekLlm => split_stages(DEEPSEEK_LLM, cp, &mut emit),
             PreTokenizer::DeepseekCoder => split_stages(DEEPSEEK_CODER, cp, &mut emit),
+            PreTokenizer::Newlines => {
+                for p in 1..=n {
+                    if p == n || (cp[p].1 == '\n') != (cp[p - 1].1 == '\n') {
+                        emit(p);
+                    }
+                }
+            }
         }
     }
 }
