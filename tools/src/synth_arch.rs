@@ -301,6 +301,27 @@ mod tests {
         assert!(f.windows(2).all(|w| w[0] <= w[1]));
     }
 
+    /// Every arch's file loads as its model (with its tokenizer) and builds a graph; the
+    /// llama.cpp side of the check is tests/fixtures/make_arch_fixtures.sh.
+    #[test]
+    fn every_arch_round_trips_through_the_loader() {
+        let d = crate::cmd_synth::PRESETS[0].1.clone();
+        let wt = WeightType { base: GgmlType::F16, mix: false, file_type: 1 };
+        for (arch, spm) in [("qwen35", false), ("qwen3moe", false), ("qwen3", false), ("qwen2", false), ("llama", false), ("llama", true)] {
+            let out = std::env::temp_dir().join(format!("pn-synth-{arch}-{spm}-{}.gguf", std::process::id()));
+            let o = ArchOpts { arch, spm, seed: 1, ctx: 256, tied: spm, threads: 1 };
+            run(&o, &Dims { n_layer: 1, ..d.clone() }, &wt, "tiny", "f16", &out).unwrap();
+            let g = pn_engine::Gguf::open(&out).unwrap();
+            let m = pn_models::load(&g).unwrap_or_else(|e| panic!("{arch}: {e}"));
+            assert_eq!((m.arch(), m.n_layer()), (arch, 1));
+            let t = pn_engine::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+            assert_eq!(t.n_vocab(), m.n_vocab(), "{arch}");
+            let mut b = pn_engine::graph::GraphBuilder::new();
+            m.build(pn_engine::Geometry { n_tokens: 2, all_logits: true }, &mut b).unwrap();
+            std::fs::remove_file(&out).unwrap();
+        }
+    }
+
     #[test]
     fn spm_vocabulary_is_consistent() {
         let (t, ty, s) = spm_vocabulary(1029);
