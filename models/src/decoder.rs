@@ -1,6 +1,6 @@
 //! The pre-norm GQA decoder that Llama, Qwen2, Qwen3 and Qwen3-MoE share: per layer
 //! `h += W_o·attn(RMSN(h, attn_norm))`, `h += ffn(RMSN(h, ffn_norm))` with a SwiGLU MLP
-//! or (`expert_count` > 0) softmax-routed experts, then the head. What differs between
+//! or (Qwen3-MoE) softmax-routed experts, then the head. What differs between
 //! them is what the architecture file states and checks: the RoPE pairing, whether Q/K
 //! norms and Q/K/V biases are required, whether experts are. The graph itself reads
 //! only tensor presence.
