@@ -174,6 +174,7 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
     w.write_all(&head)?;
     let mut total = head.len() as u64;
     let jobs = jobs(tensors);
+    let bar = crate::progress::bar(tensors.iter().map(|t| t.bytes() as u64).sum(), "synth", "bytes");
     let window = 2 * threads;
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -211,6 +212,7 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
                 while let Some(c) = pending.remove(&done) {
                     w.write_all(&c)?;
                     total += c.len() as u64;
+                    bar.inc(c.len() as u64);
                     let j = &jobs[done];
                     if j.r1 == tensors[j.t].rows() {
                         let pad = tensors[j.t].bytes().next_multiple_of(ALIGN) - tensors[j.t].bytes();
@@ -234,5 +236,6 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
     })
     .with_context(|| format!("cannot write {}", path.display()))?;
     w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    bar.finish_and_clear();
     Ok(total)
 }
