@@ -42,14 +42,7 @@ fn quantized_logits_track_llama_cpp() {
 fn greedy_continuations_match_llama_cpp() {
     for name in F32.iter().chain(&["llama-spm-tiny-f16"]) {
         let (prompt, expected) = greedy_oracle(&format!("{name}.greedy.json"));
-        let r = runner(&format!("{name}.gguf"), 2);
-        let mut st = r.new_state(128);
-        let mut next = pn_engine::sampler::argmax(r.forward(&mut st, &prompt, false).unwrap().last()) as u32;
-        let mut got = vec![next];
-        while got.len() < expected.len() {
-            next = pn_engine::sampler::argmax(r.forward(&mut st, &[next], false).unwrap().last()) as u32;
-            got.push(next);
-        }
+        let got = greedy(&runner(&format!("{name}.gguf"), 2), &prompt, expected.len());
         assert_eq!(got, expected, "{name}");
     }
 }
