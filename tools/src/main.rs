@@ -19,6 +19,7 @@ mod output;
 mod progress;
 mod prompt;
 mod sampling;
+mod synth_arch;
 mod synth_write;
 mod tensor_opts;
 
