@@ -402,7 +402,7 @@ mod tests {
         assert!(params(r#"{"top_logprobs": 3}"#).unwrap_err().message.contains("logprobs: true"));
         assert!(params(r#"{"stop": ["a", ""]}"#).unwrap_err().message.contains("stop[1]"));
         assert!(params(r#"{"logit_bias": {"100": 1}}"#).unwrap_err().message.contains("[0, 100)"));
-        assert!(parse::<Request>(b"{\"x\":").unwrap_err().message.contains("malformed JSON"));
+        assert!(parse::<Request>(b"{\"model\":").unwrap_err().message.contains("malformed JSON"));
     }
 
     #[test]

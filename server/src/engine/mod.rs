@@ -348,38 +348,33 @@ impl Engine {
         }
     }
 
-    /// One decode step for the bound sequences, with one prefill chunk while it runs.
+    /// One decode step for the bound sequences, with one prefill chunk while it runs (a
+    /// prefill that completes binds its sequence for the next step).
     fn iterate(&mut self) {
-        let batch: Vec<(SlotHandle, u32)> = self.live.iter().map(|l| (l.h, l.next)).collect();
-        let launched = !batch.is_empty() && {
-            match self.slots.step_begin(&self.runner, &batch) {
-                Ok(_) => true,
-                Err(e) => {
-                    self.fail_live(&format!("decode step: {e}"));
-                    false
-                }
-            }
-        };
+        let stepping = std::mem::take(&mut self.live);
+        let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
+        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin(&self.runner, &batch).map(|_| true) };
         self.prefill_chunk();
-        if launched {
-            match self.slots.step_wait() {
-                Ok(logits) => {
-                    let mut still = Vec::with_capacity(self.live.len());
-                    for (row, l) in std::mem::take(&mut self.live).into_iter().enumerate() {
-                        if let Some(l) = self.after_step(l, logits.row(row)) {
-                            still.push(l);
-                        }
+        let res = match launched {
+            Ok(true) => self.slots.step_wait(),
+            Ok(false) => return,
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(logits) => {
+                for (row, l) in stepping.into_iter().enumerate() {
+                    if let Some(l) = self.after_step(l, logits.row(row)) {
+                        self.live.push(l);
                     }
-                    self.live = still;
                 }
-                Err(e) => self.fail_live(&format!("decode step: {e}")),
             }
+            Err(e) => self.fail(stepping, &format!("decode step: {e}")),
         }
     }
 
-    /// A step failed: every bound sequence ends with the error (their slots freed).
-    fn fail_live(&mut self, msg: &str) {
-        for l in std::mem::take(&mut self.live) {
+    /// A step failed: its sequences end with the error (their slots freed).
+    fn fail(&mut self, stepping: Vec<Live>, msg: &str) {
+        for l in stepping {
             match l.finishing {
                 // the answer is complete: only its caching failed
                 Some(f) => self.finish(l, f),
