@@ -132,6 +132,11 @@ impl Server {
         Ok(())
     }
 
+    /// Whether the engine thread has ended (a failed load, or a bug).
+    pub fn engine_stopped(&self) -> bool {
+        self.engine.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_none_or(|t| t.is_finished())
+    }
+
     /// Stop taking requests (running ones go on).
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);

@@ -88,9 +88,11 @@ async fn method_not_allowed(req: HttpRequest) -> ApiError {
 }
 
 async fn health(State(s): S) -> Response {
+    let unavailable = |status: &str| (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": status}))).into_response();
     match s.shared.info.get() {
+        _ if s.engine_stopped() => unavailable("error: the engine thread has stopped"),
         Some(_) => Json(json!({"status": "ok"})).into_response(),
-        None => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "loading"}))).into_response(),
+        None => unavailable("loading"),
     }
 }
 

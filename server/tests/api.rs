@@ -196,3 +196,17 @@ async fn metrics_and_slots() {
     assert_eq!(slots.len(), 4);
     assert!(slots.iter().all(|x| x["slot"].is_u64() && x["state"].is_string()));
 }
+
+#[tokio::test]
+async fn cors_preflight_allows_the_origin() {
+    let mut cfg = config();
+    cfg.cors = vec!["http://localhost:3000".into()];
+    let s = server(cfg, spec(DEFAULT, 1, 128));
+    let h = [("origin", "http://localhost:3000"), ("access-control-request-method", "POST"), ("access-control-request-headers", "content-type,authorization")];
+    let r = send(&s, "OPTIONS", "/v1/chat/completions", None, &h).await;
+    assert!(r.status.is_success(), "{}", r.status);
+    assert_eq!(r.headers["access-control-allow-origin"], "http://localhost:3000");
+    let r = send(&s, "GET", "/v1/models", None, &[("origin", "http://evil.example")]).await;
+    assert!(!r.headers.contains_key("access-control-allow-origin"));
+    s.stop_engine();
+}
