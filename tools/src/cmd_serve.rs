@@ -104,7 +104,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         queue: a.queue,
         max_body: a.max_body,
         grace: Duration::from_secs_f64(a.grace),
-        defaults: Defaults { sampler, seed: a.sampling.seed },
+        // --seed -1 (or none): a fresh seed per request
+        defaults: Defaults { sampler, seed: a.sampling.seed.and_then(|s| u64::try_from(s).ok()) },
     };
     let slots = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
     let state = load::state_config(&a.opts, a.ctx, None)?;
