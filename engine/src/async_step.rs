@@ -6,9 +6,12 @@
 //! still use the backend's own thread pool), so the caller can tokenize, sample, detokenize or
 //! prefill the next request meanwhile. The slots in the step are busy until it is reaped:
 //! using one is [`SlotError::Busy`]; the others can be bound, unbound or stepped.
-//! `PN_ASYNC=0` (or `QWEN35_ASYNC_SCHED=0`) disables it: the step then runs synchronously
-//! inside `step_begin`, which says so ([`Launch::Sync`]), and `step_poll` hands the result
-//! over. Results are bitwise the same either way.
+//! The default is per backend ([`async_for`]): asynchronous on a resident (device)
+//! backend, synchronous on the CPU, where the worker and the caller would compete for the
+//! same cores (slower, measured in docs/serving.md). `PN_ASYNC=1` / `PN_ASYNC=0` (or
+//! `QWEN35_ASYNC_SCHED`) force either mode. A synchronous step runs inside `step_begin`,
+//! which says so ([`Launch::Sync`]), and `step_poll` hands the result over. Results are
+//! bitwise the same either way.
 
 use crate::runner::{Logits, RunError, Runner};
 use crate::slots::{run_step, SlotError, SlotHandle, Slots};
@@ -62,23 +65,45 @@ pub(crate) struct InFlight {
     pending: Pending,
 }
 
-/// Whether steps may run asynchronously: not when `PN_ASYNC` or `QWEN35_ASYNC_SCHED` is
-/// `0` (or `false`/`off`).
-pub fn async_enabled() -> bool {
-    let off = |name: &str| {
-        std::env::var(name)
-            .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "0" | "false" | "off" | "no"))
-            .unwrap_or(false)
+/// The environment's choice: `PN_ASYNC` (or `QWEN35_ASYNC_SCHED`) `0`/`false`/`off`/`no`
+/// → off, `1`/`true`/`on`/`yes` → on; None when unset (or anything else).
+fn async_env() -> Option<bool> {
+    let read = |name: &str| {
+        std::env::var(name).ok().and_then(|v| match v.trim().to_ascii_lowercase().as_str() {
+            "0" | "false" | "off" | "no" => Some(false),
+            "1" | "true" | "on" | "yes" => Some(true),
+            _ => None,
+        })
     };
-    !(off("PN_ASYNC") || off("QWEN35_ASYNC_SCHED"))
+    match (read("PN_ASYNC"), read("QWEN35_ASYNC_SCHED")) {
+        (Some(false), _) | (_, Some(false)) => Some(false),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Whether steps may run asynchronously at all: not when `PN_ASYNC` or
+/// `QWEN35_ASYNC_SCHED` is `0` (or `false`/`off`).
+pub fn async_enabled() -> bool {
+    async_env().unwrap_or(true)
+}
+
+/// Whether steps on `runner` run asynchronously by default ([`Slots::step_begin`]): the
+/// environment's choice when set, else only when one of its dies is resident (a device
+/// backend computes while the host samples and prefills). On the CPU the step's kernels
+/// and the caller's work share the same cores: a worker thread there only adds
+/// contention (measured slower, docs/serving.md), so the step runs in the caller's
+/// thread unless `PN_ASYNC=1` asks otherwise.
+pub fn async_for(runner: &Runner) -> bool {
+    async_env().unwrap_or_else(|| runner.dies().iter().any(|d| d.backend.resident()))
 }
 
 impl Slots {
-    /// Launch a step (`batch[i]` = slot, next token). With async enabled it returns at
-    /// once ([`Launch::Async`]); otherwise the step has run when it returns
-    /// ([`Launch::Sync`]). One step in flight at a time.
+    /// Launch a step (`batch[i]` = slot, next token). Asynchronous ([`async_for`]: on a
+    /// resident backend, or with `PN_ASYNC=1`) it returns at once ([`Launch::Async`]);
+    /// otherwise the step has run when it returns ([`Launch::Sync`]). One step in flight
+    /// at a time.
     pub fn step_begin(&mut self, runner: &Arc<Runner>, batch: &[(SlotHandle, u32)]) -> Result<Launch, SlotError> {
-        self.step_begin_with(runner, batch, async_enabled())
+        self.step_begin_with(runner, batch, async_for(runner))
     }
 
     /// [`Slots::step_begin`] with the mode chosen by the caller (`asynchronous: false`

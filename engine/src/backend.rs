@@ -16,7 +16,7 @@
 //!   ([`Backend::state_snapshot`]).
 
 use crate::graph::Node;
-use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value, WeightView};
+use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, SeqSpan, Tensor, TensorData, TensorMeta, Value, WeightView};
 use std::any::Any;
 
 /// A buffer slot of the runner's memory plan on one die. `arena` is unique per (runner,
@@ -125,23 +125,25 @@ pub trait Backend: Send + Sync {
         f()
     }
 
-    /// Runs the stateful op `op` once per sequence (decode slots, crate::slots): sequence
-    /// `i` has inputs `inputs[i]`, output meta `outs[i]` and layer state `states[i]`.
-    /// Each result must be bitwise what `execute` gives for that sequence alone; a backend
-    /// may run the sequences concurrently. Default: one `execute` after another.
-    fn execute_multi(
+    /// Runs the stateful `op` for every sequence of a pass in ONE call (decode slots,
+    /// mixed passes: crate::slots): `ins` hold all tokens, sequence `i` owns tokens
+    /// `seqs[i]` (the token axis outermost) and updates `states[i]`; every token's
+    /// output goes into `out` (`meta`: all tokens). Each row must be bitwise what
+    /// `execute` gives for that sequence alone. Default: one `execute` per sequence on
+    /// its slice ([`pn_ops::reference::seqs::per_sequence`]); the CPU runs all
+    /// sequences' (sequence, head) rows in one parallel loop.
+    fn execute_seqs(
         &self,
         op: &Op,
-        inputs: &[Vec<Value<'_>>],
-        outs: &[TensorMeta],
-        states: &mut [Option<&mut LayerState>],
-    ) -> Result<Vec<Tensor>, OpError> {
-        inputs
-            .iter()
-            .zip(outs)
-            .zip(states.iter_mut())
-            .map(|((ins, out), st)| self.execute(op, ins, out, st.as_deref_mut()))
-            .collect()
+        ins: &[Value<'_>],
+        meta: &TensorMeta,
+        seqs: &[SeqSpan],
+        states: &mut [&mut LayerState],
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        let exec = &mut |ins: &[Value<'_>], m: &TensorMeta, st: &mut LayerState| self.execute(op, ins, m, Some(st));
+        store_into(out, pn_ops::reference::seqs::per_sequence(op, ins, meta, seqs, states, exec)?);
+        Ok(())
     }
 
     // ---- resident protocol: the defaults say "not resident"; the runner calls the
@@ -194,8 +196,8 @@ pub trait Backend: Send + Sync {
     /// The stateful `op` once per sequence (decode slots, crate::slots): sequence `i` owns
     /// the next `lens[i]` tokens of every activation input (token axis outermost) and the
     /// state `states[i]`; the outputs are concatenated into `out` (`meta`: all tokens).
-    /// Each row bitwise what the sequence gives alone ([`crate::slots::run_per_sequence`]
-    /// is the host reference).
+    /// Each row bitwise what the sequence gives alone ([`Backend::execute_seqs`] is the
+    /// host reference).
     fn execute_multi_resident(
         &self,
         _op: &Op,

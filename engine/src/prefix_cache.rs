@@ -197,23 +197,40 @@ impl PrefixCache {
     /// end at multiples of `interval` (snapshotting each boundary), and snapshot the end
     /// when `snapshot_end`. Returns the last token's logits.
     pub fn prefill(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<Prefill, RunError> {
+        let reused = self.begin(runner, st, tokens)?;
+        let (mut p, mut logits) = (reused, Vec::new());
+        while p < tokens.len() {
+            let next = self.next_cut(runner, tokens, p);
+            let l = runner.forward(st, &tokens[p..next], false)?;
+            p = next;
+            if p == tokens.len() {
+                logits = l.last().to_vec();
+            }
+            self.passed(tokens, st);
+        }
+        Ok(Prefill { logits, reused })
+    }
+
+    /// The first part of [`PrefixCache::prefill`], for a caller that evaluates the rest
+    /// itself (`pn batch` feeds it in chunks of mixed passes, crate::slots): restores
+    /// the longest usable cached prefix of `tokens` into `st` (else resets it) and
+    /// returns its length. The caller then evaluates up to [`PrefixCache::next_cut`] (in
+    /// any chunks: with the default recurrent delta rule a chunk's rows do not depend on
+    /// how a pass is cut) and calls [`PrefixCache::passed`] after each pass.
+    pub fn begin(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<usize, RunError> {
         if tokens.is_empty() {
             return Err(RunError::Empty);
         }
-        let on = self.cfg.budget_bytes > 0;
-        let (iv, ub, end) = (self.cfg.interval, runner.ubatch.max(1), tokens.len());
-        // whether this prompt's prefill cuts a pass at position b (0 < b < end)
+        let cut = self.cuts(runner, tokens.len());
+        let iv = self.cfg.interval;
         let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
-        let cut = |b: usize| b.is_multiple_of(ub) || (on_iv(b) && end - b >= MIN_TAIL);
-        let mut p = 0;
-        let hit = on.then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
+        let hit = (self.cfg.budget_bytes > 0).then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
         // restore drops a resident backend's copies (the next pass uploads); reset
         // resets them in place where the backend can
-        if let Some((n, snap)) = hit {
-            if st.restore(&snap).is_ok() {
-                p = n;
-            }
-        }
+        let p = match hit {
+            Some((n, snap)) if st.restore(&snap).is_ok() => n,
+            _ => 0,
+        };
         if p == 0 {
             st.reset();
             self.stats.misses += 1;
@@ -221,19 +238,30 @@ impl PrefixCache {
             self.stats.hits += 1;
             self.stats.reused_tokens += p as u64;
         }
-        let reused = p;
-        let mut logits = Vec::new();
-        while p < end {
-            let next = (p + 1..end).find(|&b| cut(b)).unwrap_or(end);
-            let l = runner.forward(st, &tokens[p..next], false)?;
-            p = next;
-            if p == end {
-                logits = l.last().to_vec();
-            }
-            if on && (on_iv(p) || (p == end && self.cfg.snapshot_end)) {
-                self.insert_state(&tokens[..p], st);
-            }
+        Ok(p)
+    }
+
+    /// Whether the prefill of a prompt of `end` tokens cuts a pass at position `b`
+    /// (0 < b < end): a multiple of `ubatch`, or of `interval` leaving ≥ MIN_TAIL tokens.
+    fn cuts(&self, runner: &Runner, end: usize) -> impl Fn(usize) -> bool {
+        let (iv, ub) = (self.cfg.interval, runner.ubatch.max(1));
+        move |b: usize| b.is_multiple_of(ub) || (iv > 0 && b.is_multiple_of(iv) && end - b >= MIN_TAIL)
+    }
+
+    /// Where the pass of a prefill at position `p` of `tokens` ends: the next cut, or
+    /// the end.
+    pub fn next_cut(&self, runner: &Runner, tokens: &[u32], p: usize) -> usize {
+        let cut = self.cuts(runner, tokens.len());
+        (p + 1..tokens.len()).find(|&b| cut(b)).unwrap_or(tokens.len())
+    }
+
+    /// After a prefill pass that left `st` at `st.pos` tokens of `tokens`: snapshots it
+    /// when that is an interval boundary (or the end, with `snapshot_end`).
+    pub fn passed(&mut self, tokens: &[u32], st: &SeqState) {
+        let (p, iv) = (st.pos, self.cfg.interval);
+        let on_iv = iv > 0 && p.is_multiple_of(iv);
+        if self.cfg.budget_bytes > 0 && p <= tokens.len() && (on_iv || (p == tokens.len() && self.cfg.snapshot_end)) {
+            self.insert_state(&tokens[..p], st);
         }
-        Ok(Prefill { logits, reused })
     }
 }

@@ -3,11 +3,13 @@
 //!
 //! A step of K slots runs the graph of geometry "K tokens, all logits" (cached like any
 //! other): every matmul streams its weights once for the K tokens and the MoE groups the
-//! K tokens by expert; the stateful ops (those with [`Op::state`]: Attention,
-//! Conv1dCausal, DeltaRule) run once per sequence, on that sequence's slice of the token
-//! axis (the outermost dim, so a slice is contiguous) with that sequence's layer state,
-//! and the outputs are concatenated. Kernels stay single-sequence, positions are per
-//! token, and every row is bitwise what the sequence gives alone (tests/tests/slots.rs).
+//! K tokens by expert; each stateful op (those with [`Op::state`]: Attention,
+//! Conv1dCausal, DeltaRule) runs ONCE for all sequences ([`crate::Backend::execute_seqs`]:
+//! a sequence table of each one's tokens on the token axis, and each one's layer state;
+//! the CPU runs one parallel loop over the (sequence, head) rows of all of them).
+//! Positions are per token, each sequence's own, and every row is bitwise what the
+//! sequence gives alone (tests/tests/slots.rs). [`Slots::step_mixed`] adds prefill
+//! chunks of other sequences to a step.
 //!
 //! Slots own the bound sequences' states (binding, moving, compacting and resizing move
 //! the `SeqState` values: layers a resident backend holds stay there, keyed by the
@@ -15,12 +17,12 @@
 //! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
-use crate::backend::Backend;
 use crate::model::Model;
 use crate::runner::{Logits, RunError, Runner};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
-use pn_ops::{LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
+#[cfg(doc)]
+use pn_ops::Op;
 use thiserror::Error;
 
 /// Default and largest slot counts.
@@ -66,6 +68,8 @@ pub enum SlotError {
     NothingInFlight,
     #[error("no slots to step")]
     EmptyStep,
+    #[error("a mixed pass of {decode} decode tokens and {chunk} prefill tokens exceeds the {max} tokens of a pass (ubatch): use shorter chunks")]
+    ChunkTooLong { decode: usize, chunk: usize, max: usize },
     #[error("{0}")]
     Memory(String),
     #[error("step worker: {0}")]
@@ -252,6 +256,35 @@ impl Slots {
     }
 }
 
+impl Slots {
+    /// A mixed pass: the decode step of `batch` (as [`Slots::step`]; may be empty) and
+    /// prefill chunks of sequences not in a slot, `chunks[j]` = (its state, its next
+    /// tokens), in ONE forward pass (chunked prefill interleaved with decode: the slots
+    /// keep streaming while new prompts come in, and the weights stream once for all).
+    /// Bounded: batch + chunk tokens ≤ the runner's `ubatch`. Returns one row per batch
+    /// entry, then one per token of each chunk in order (a chunk's last row: the logits
+    /// after it). Every row is bitwise what the sequence gives alone
+    /// (tests/tests/slots.rs).
+    pub fn step_mixed(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)], chunks: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, SlotError> {
+        let max = runner.ubatch.max(1);
+        let chunk: usize = chunks.iter().map(|c| c.1.len()).sum();
+        if batch.len() + chunk > max {
+            return Err(SlotError::ChunkTooLong { decode: batch.len(), chunk, max });
+        }
+        if batch.is_empty() {
+            return Ok(runner.forward_multi(chunks)?);
+        }
+        let (idx, mut states) = self.take_batch(batch)?;
+        let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
+        let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+        parts.extend(chunks.iter_mut().map(|(s, t)| (&mut **s, *t)));
+        let res = runner.forward_multi(&mut parts);
+        drop(parts);
+        self.put_back(&idx, states);
+        Ok(res?)
+    }
+}
+
 /// The forward pass of a step over taken-out states.
 pub(crate) fn run_step(runner: &Runner, states: &mut [SeqState], batch: &[(SlotHandle, u32)]) -> Result<Logits, RunError> {
     let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
@@ -264,8 +297,9 @@ impl Runner {
     /// new tokens (appended at its own positions). Returns every token's logits row,
     /// sequence after sequence. The graph is the one of geometry `Σ tokens` with all
     /// logits (cached per geometry), so weights stream once and the MoE groups all tokens
-    /// by expert; the stateful ops run once per sequence on its slice of the token axis
-    /// with its own state. Batch-invariant: a row is bitwise what [`Runner::forward`]
+    /// by expert; each stateful op runs for all the sequences in one backend call
+    /// ([`crate::Backend::execute_seqs`], a table of each one's tokens, its own state).
+    /// Batch-invariant: a row is bitwise what [`Runner::forward`]
     /// gives for that sequence alone. No ubatch split: one pass holds all the tokens.
     pub fn forward_multi(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();
@@ -291,93 +325,6 @@ impl Runner {
         let t = self.eval(&mut seqs, &lens, &tokens, true, &mut None)?;
         Ok(Logits { n_vocab, data: t.into_f32() })
     }
-}
-
-/// The token axis of a tensor in a pass of `t ≥ 2` tokens: its outermost dim ≠ 1.
-fn token_axis(s: &Shape, t: usize) -> Result<usize, String> {
-    match (0..4).rev().find(|&i| s.0[i] != 1) {
-        Some(a) if s.0[a] == t => Ok(a),
-        _ => Err(format!("{s:?} has no token axis of {t}")),
-    }
-}
-
-/// Tokens [t0, t0+n) of `x` (a pass of `t` tokens): contiguous, the token axis outermost.
-fn slice_tokens(x: &Tensor, t: usize, t0: usize, n: usize) -> Result<Tensor, String> {
-    let a = token_axis(&x.shape, t)?;
-    let per = x.shape.numel() / t;
-    let mut shape = x.shape;
-    shape.0[a] = n;
-    let r = t0 * per..(t0 + n) * per;
-    Ok(match &x.data {
-        TensorData::F32(v) => Tensor::f32(shape, v[r].to_vec()),
-        TensorData::I32(v) => Tensor::i32(shape, v[r].to_vec()),
-    })
-}
-
-/// Runs the stateful `op` once per sequence on its slice of the token axis with its layer
-/// state `states[i]` (sequence `i` owns the next `lens[i]` tokens), and concatenates the
-/// outputs of `meta` (crate::runner's multi-sequence passes; also the host reference for
-/// `Backend::execute_multi_resident`). The per-sequence calls go to the backend together
-/// ([`Backend::execute_multi`]), which may run them concurrently (CPU: one pool task per
-/// sequence); each is bitwise what the sequence gives alone.
-pub fn run_per_sequence(
-    backend: &dyn Backend,
-    op: &Op,
-    meta: &TensorMeta,
-    ins: &[Value<'_>],
-    states: &mut [Option<&mut LayerState>],
-    lens: &[usize],
-) -> Result<Tensor, OpError> {
-    let bad = |msg: String| OpError::Invalid { op: op.kind(), msg };
-    let t: usize = lens.iter().sum();
-    let axis = token_axis(&meta.shape, t).map_err(bad)?;
-    // every sequence's slices of the activations, then its inputs and output meta
-    let mut parts: Vec<Vec<Tensor>> = Vec::with_capacity(lens.len());
-    let mut t0 = 0;
-    for &n in lens {
-        let p: Vec<Tensor> = ins
-            .iter()
-            .filter_map(|v| match v {
-                Value::Act(x) => Some(slice_tokens(x, t, t0, n)),
-                Value::Weight(_) => None,
-            })
-            .collect::<Result<_, _>>()
-            .map_err(bad)?;
-        parts.push(p);
-        t0 += n;
-    }
-    let subs: Vec<Vec<Value<'_>>> = parts
-        .iter()
-        .map(|p| {
-            let mut acts = p.iter();
-            ins.iter()
-                .map(|v| match v {
-                    Value::Act(_) => Value::Act(acts.next().expect("one slice per activation")),
-                    Value::Weight(w) => Value::Weight(*w),
-                })
-                .collect()
-        })
-        .collect();
-    let outs: Vec<TensorMeta> = lens
-        .iter()
-        .map(|&n| {
-            let mut shape = meta.shape;
-            shape.0[axis] = n;
-            TensorMeta { shape, dtype: meta.dtype }
-        })
-        .collect();
-    if states.len() != lens.len() {
-        return Err(bad(format!("{} states for {} sequences", states.len(), lens.len())));
-    }
-    let ys = backend.execute_multi(op, &subs, &outs, states)?;
-    if ys.len() != lens.len() {
-        return Err(bad(format!("{} outputs for {} sequences", ys.len(), lens.len())));
-    }
-    let mut data: Vec<f32> = Vec::with_capacity(meta.shape.numel());
-    for y in &ys {
-        data.extend_from_slice(y.as_f32());
-    }
-    Ok(Tensor::f32(meta.shape, data))
 }
 
 /// `PN_MAX_SLOTS` (default 16), or `flag` when given; 1..=MAX_SLOTS.

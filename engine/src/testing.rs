@@ -9,7 +9,7 @@
 //! (`execute`) is refused, so a resident die's op run through it is an error; failures
 //! can be injected ([`ResidentMock::fail_next`]).
 
-use crate::backend::{store_into, Backend, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
+use crate::backend::{Backend, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
 use crate::graph::Node;
 use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
 use std::any::Any;
@@ -239,8 +239,8 @@ impl ResidentMock {
                     self.host.execute_into(op, &vals, meta, st, &mut o.t)
                 }
                 Some(lens) => {
-                    let mut refs: Vec<Option<&mut LayerState>> = states.iter_mut().map(|(_, st)| Some(st)).collect();
-                    crate::slots::run_per_sequence(&*self.host, op, meta, &vals, &mut refs, lens).map(|t| store_into(&mut o.t, t))
+                    let mut refs: Vec<&mut LayerState> = states.iter_mut().map(|(_, st)| st).collect();
+                    self.host.execute_seqs(op, &vals, meta, &pn_ops::SeqSpan::table(lens), &mut refs, &mut o.t)
                 }
             });
         }

@@ -13,6 +13,52 @@ pub use kv::{KvType, Overflow};
 
 use crate::OpError;
 
+/// One sequence of a pass (a row of the sequence table a multi-sequence pass gives the
+/// stateful ops): tokens `start..start + len` of every activation (the token axis is the
+/// outermost one, sequences one after another), updating that sequence's layer state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SeqSpan {
+    pub start: usize,
+    pub len: usize,
+}
+
+impl SeqSpan {
+    /// The spans of sequences of `lens` tokens, back to back from token 0.
+    pub fn table(lens: &[usize]) -> Vec<SeqSpan> {
+        let mut start = 0;
+        lens.iter()
+            .map(|&len| {
+                let s = SeqSpan { start, len };
+                start += len;
+                s
+            })
+            .collect()
+    }
+    /// The token range.
+    pub fn range(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.len
+    }
+}
+
+/// Checks that `spans` cover tokens `0..t` back to back, one per state (`n_states`).
+pub fn check_spans(op: &'static str, spans: &[SeqSpan], n_states: usize, t: usize) -> Result<(), OpError> {
+    let bad = |msg: String| Err(OpError::Invalid { op, msg });
+    if spans.len() != n_states {
+        return bad(format!("{} sequences but {n_states} layer states", spans.len()));
+    }
+    let mut next = 0;
+    for s in spans {
+        if s.start != next || s.len == 0 {
+            return bad(format!("sequence table {spans:?} does not cover {t} tokens back to back"));
+        }
+        next += s.len;
+    }
+    if next != t {
+        return bad(format!("sequence table covers {next} tokens, the pass has {t}"));
+    }
+    Ok(())
+}
+
 /// KV cache of one attention layer, layout `[n_head_kv][capacity][head_dim]` in the cell
 /// format `ty`. Cell `p` holds the key/value of position `p` (K after RoPE), or of
 /// `p % capacity` in [`Overflow::Ring`] mode.

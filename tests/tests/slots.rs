@@ -1,7 +1,9 @@
 //! Decode slots: K sequences stepped in one forward pass give, row for row, bitwise the
 //! logits each sequence gives alone (and so the same greedy tokens), whatever else shares
 //! the step: 1, 3 and 16 slots, different prompt lengths and positions, sequences joining
-//! and leaving at different steps. Also the matmul kernels' batch invariance on its own.
+//! and leaving at different steps. Also mixed passes (joining sequences' prompts fed in
+//! chunks of 1 to 6 tokens through the decode steps, two at a time, `Slots::step_mixed`)
+//! and the matmul kernels' batch invariance on its own.
 
 use pn_engine::sampler::argmax;
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
@@ -40,7 +42,13 @@ fn alone(r: &Runner, prompt: &[u32], steps: usize) -> Alone {
 
 /// Sequence i: a prompt of its own length, joining at step `join[i]` and decoding
 /// `steps[i]` tokens; all go through one slot table of `n_slots`, stepped together.
+/// `chunk`: a joining sequence's prompt is fed `chunk` tokens at a time inside the
+/// decode steps (mixed passes, one filling sequence at a time), else prefilled alone.
 fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
+    check_slots_chunked(model, n_slots, n_seq, None)
+}
+
+fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<usize>) {
     let r = runner(model, 2);
     let vocab = r.model().n_vocab();
     let prompts: Vec<Vec<u32>> = (0..n_seq).map(|i| tokens(i as u64 + 7, 1 + (i * 5) % 13, vocab)).collect();
@@ -53,10 +61,19 @@ fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
     let mut live: Vec<Option<(SlotHandle, u32, usize)>> = vec![None; n_seq];
     let mut got_toks: Vec<Vec<u32>> = vec![vec![]; n_seq];
     let mut done = vec![false; n_seq];
+    // sequences being prefilled in chunks inside the steps: (index, state, tokens fed)
+    let mut filling: Vec<(usize, SeqState, usize)> = Vec::new();
+    let mut filled = vec![false; n_seq];
     let mut step = 0;
     while done.iter().any(|d| !d) {
         for i in 0..n_seq {
-            if live[i].is_none() && !done[i] && join[i] <= step && slots.free_slot().is_some() {
+            let room = slots.n_bound() + filling.len() < n_slots;
+            let joining = live[i].is_none() && !done[i] && join[i] <= step && room;
+            // up to two sequences fill at once, in chunks of c and c + 1 tokens
+            if joining && chunk.is_some() && filling.len() < 2 && !filled[i] {
+                filled[i] = true;
+                filling.push((i, r.new_state(256), 0));
+            } else if joining && chunk.is_none() {
                 let mut st = r.new_state(256);
                 let row = r.forward(&mut st, &prompts[i], false).unwrap().last().to_vec();
                 assert_eq!(row, want[i].rows[0], "seq {i}: prefill");
@@ -66,10 +83,37 @@ fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
             }
         }
         let batch: Vec<(usize, SlotHandle, u32)> = (0..n_seq).filter_map(|i| live[i].map(|(h, t, _)| (i, h, t))).collect();
-        if !batch.is_empty() {
-            let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
-            let logits = slots.step(&r, &pairs).unwrap();
-            assert_eq!(logits.rows(), batch.len());
+        let pairs: Vec<(SlotHandle, u32)> = batch.iter().map(|&(_, h, t)| (h, t)).collect();
+        let mut logits = None;
+        if let (false, Some(c)) = (filling.is_empty(), chunk) {
+            let ends: Vec<usize> = filling.iter().enumerate().map(|(j, &(i, _, p))| (p + c + j).min(prompts[i].len())).collect();
+            let mut chunks: Vec<(&mut SeqState, &[u32])> =
+                filling.iter_mut().zip(&ends).map(|((i, st, p), &e)| (st, &prompts[*i][*p..e])).collect();
+            let l = slots.step_mixed(&r, &pairs, &mut chunks).unwrap();
+            let mut row_end = batch.len();
+            for (f, &e) in filling.iter_mut().zip(&ends) {
+                row_end += e - f.2;
+                f.2 = e;
+                if e == prompts[f.0].len() {
+                    let row = l.row(row_end - 1);
+                    assert!(row == &want[f.0].rows[0][..], "{model}: seq {}: prefill in chunks of {c}.. inside {} decode steps differs", f.0, batch.len());
+                }
+            }
+            assert_eq!(l.rows(), row_end);
+            for (i, st, p) in std::mem::take(&mut filling) {
+                if p < prompts[i].len() {
+                    filling.push((i, st, p));
+                    continue;
+                }
+                let t = argmax(&want[i].rows[0]) as u32;
+                got_toks[i].push(t);
+                live[i] = Some((slots.bind(st).unwrap(), t, 1));
+            }
+            logits = Some(l);
+        } else if !batch.is_empty() {
+            logits = Some(slots.step(&r, &pairs).unwrap());
+        }
+        if let Some(logits) = logits {
             for (row_i, &(i, h, _)) in batch.iter().enumerate() {
                 let (_, _, seen) = live[i].unwrap();
                 let row = logits.row(row_i);
@@ -108,6 +152,21 @@ fn three_slots_equal_alone() {
 #[test]
 fn sixteen_slots_equal_alone() {
     check_slots("ktiny-q4_k_m.gguf", 16, 20);
+}
+
+#[test]
+fn mixed_passes_equal_alone() {
+    for c in [1, 3, 5] {
+        check_slots_chunked("ktiny-q4_k_m.gguf", 4, 7, Some(c));
+    }
+    check_slots_chunked("tiny-f16.gguf", 3, 5, Some(2));
+}
+
+#[test]
+fn slots_equal_alone_for_llama_qwen3_qwen2() {
+    for m in ["llama-tiny-f32.gguf", "llama-spm-tiny-f16.gguf", "qwen3-ktiny-q4_k_m.gguf", "qwen2-tiny-f32.gguf"] {
+        check_slots(m, 4, 6);
+    }
 }
 
 #[test]

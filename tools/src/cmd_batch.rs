@@ -2,8 +2,11 @@
 //!
 //! Every prompt (one per non-empty line) is prefilled through the prefix cache, bound to a
 //! slot, and decoded with the other live sequences in one forward pass per step; a
-//! finished sequence frees its slot for the next prompt. With async steps (default;
-//! `PN_ASYNC=0` disables) the next prompts' prefills run while the step is in flight.
+//! finished sequence frees its slot for the next prompt. With synchronous steps (the CPU
+//! default) a new prompt is prefilled in chunks of `--prefill-chunk` tokens inside the
+//! decode steps (mixed passes, `Slots::step_mixed`), so the live sequences keep
+//! streaming; with async steps (a resident backend, or `PN_ASYNC=1`) the next prompts'
+//! prefills run while the step is in flight.
 //! Outputs are one JSON line per prompt, in input order, on stdout; each sequence's
 //! tokens are those `pn run` gives for its prompt alone (batch-invariant kernels, same
 //! sampler settings, seed `--seed` + index). Aggregate tokens/s go to stderr.
@@ -11,7 +14,7 @@
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
-use pn_engine::async_step::async_enabled;
+use pn_engine::async_step::async_for;
 use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::slots::{resolve_max_slots, slot_ladder};
@@ -48,6 +51,11 @@ pub struct BatchArgs {
     /// Do not reuse shared prompt prefixes ($PN_PREFIX_CACHE_MB=0 does the same)
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Most prompt tokens one pass takes along beside the decode tokens (synchronous
+    /// steps: new prompts are prefilled in chunks inside the steps of the live sequences,
+    /// mixed passes); bounded by --ubatch
+    #[arg(long, default_value_t = 256)]
+    prefill_chunk: usize,
 }
 
 /// A sequence being generated.
@@ -86,22 +94,76 @@ struct Batch<'a> {
     progress: indicatif::ProgressBar,
 }
 
+/// A prompt being prefilled in chunks inside the decode steps (mixed passes).
+struct Fill {
+    i: usize,
+    st: SeqState,
+    /// Tokens of the prompt in `st` so far.
+    p: usize,
+    reused: usize,
+}
+
 impl Batch<'_> {
-    /// Prefill prompt `i` and sample its first token; None when it finished at once.
-    fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
-        let ids = &self.ids[i];
-        let mut st = match self.spare.pop() {
+    fn state(&mut self) -> Result<SeqState> {
+        Ok(match self.spare.pop() {
             Some(s) => s,
             None => self.runner.alloc_state_within(&self.state_cfg, None)?.0,
-        };
-        let p = self.cache.prefill(self.runner, &mut st, ids)?;
-        self.prefill_tokens += ids.len() - p.reused;
+        })
+    }
+
+    /// Prefill prompt `i` alone and sample its first token; None when it finished at once.
+    fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
+        let mut st = self.state()?;
+        let p = self.cache.prefill(self.runner, &mut st, &self.ids[i])?;
+        self.prefill_tokens += self.ids[i].len() - p.reused;
+        self.admit(i, st, &p.logits, p.reused)
+    }
+
+    /// Start prompt `i` as a filling sequence: its cached prefix restored, the rest to
+    /// be fed in chunks of the next steps ([`Batch::feed`]).
+    fn begin_fill(&mut self, i: usize) -> Result<Fill> {
+        let mut st = self.state()?;
+        let reused = self.cache.begin(self.runner, &mut st, &self.ids[i])?;
+        Ok(Fill { i, st, p: reused, reused })
+    }
+
+    /// Whether prompt `i` should wait for a prompt being filled: it shares at least a
+    /// snapshot interval of prefix with it, which the prefix cache serves once that
+    /// prefill has passed there.
+    fn waits_for_cache(&self, i: usize, filling: &[Fill]) -> bool {
+        let iv = self.cache.config().interval;
+        let on = self.cache.config().budget_bytes > 0 && iv > 0;
+        on && filling.iter().any(|f| self.ids[f.i].iter().zip(&self.ids[i]).take_while(|(a, b)| a == b).count() >= iv)
+    }
+
+    /// The next chunk of a filling sequence: at most `max` tokens (none for 0), never past the
+    /// prefix cache's next cut (its snapshots stay where a cold prefill takes them).
+    fn chunk(&self, f: &Fill, max: usize) -> std::ops::Range<usize> {
+        let cut = self.cache.next_cut(self.runner, &self.ids[f.i], f.p);
+        f.p..cut.min(f.p + max)
+    }
+
+    /// After a pass that fed `f` up to `f.st.pos`: snapshots for the prefix cache and,
+    /// at the end of the prompt, its first token (`last`: the chunk's last logits row).
+    fn fed(&mut self, mut f: Fill, last: &[f32]) -> Result<Result<Option<Ready>, Fill>> {
+        self.prefill_tokens += f.st.pos - f.p;
+        f.p = f.st.pos;
+        self.cache.passed(&self.ids[f.i], &f.st);
+        if f.p < self.ids[f.i].len() {
+            return Ok(Err(f));
+        }
+        Ok(Ok(self.admit(f.i, f.st, last, f.reused)?))
+    }
+
+    /// Sample the first token of prompt `i` from its prefill's last logits.
+    fn admit(&mut self, i: usize, st: SeqState, logits: &[f32], reused: usize) -> Result<Option<Ready>> {
+        let ids = &self.ids[i];
         let mut sampler = Sampler::new(SamplerConfig { seed: self.cfg.seed.wrapping_add(i as u64), ..self.cfg });
         sampler.observe(ids);
-        let next = sampler.sample(load::finite(&p.logits)?);
+        let next = sampler.sample(load::finite(logits)?);
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
-        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: p.reused };
+        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })
     }
@@ -151,6 +213,9 @@ impl Batch<'_> {
 pub fn run(a: BatchArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n: expected at least 1 token to generate, found 0");
+    }
+    if a.prefill_chunk == 0 {
+        bail!("--prefill-chunk: expected at least 1 token, found 0");
     }
     let text = crate::output::read_text(&a.prompts_file, "--prompts-file")?;
     let prompts: Vec<String> = text.lines().map(|l| l.trim_end_matches('\r').to_string()).filter(|l| !l.trim().is_empty()).collect();
@@ -208,7 +273,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
             failed += 1;
         }
     }
-    let asynchronous = async_enabled();
+    let asynchronous = async_for(&runner);
     let mut b = Batch {
         runner: &runner,
         tok: &tok,
@@ -233,27 +298,70 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let mut live: Vec<(SlotHandle, Seq, u32)> = Vec::new();
     let t0 = Instant::now();
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
+    // prompts being prefilled in chunks inside the steps (synchronous steps)
+    let mut filling: Vec<Fill> = Vec::new();
     loop {
         // fill free slots with prefilled sequences
         while live.len() < n_slots {
             let r = match ready.pop_front() {
                 Some(r) => r,
-                None => match pending.pop_front() {
+                None if asynchronous => match pending.pop_front() {
                     Some(i) => match b.prefill(i)? {
                         Some(r) => r,
                         None => continue,
                     },
                     None => break,
                 },
+                None => break,
             };
             live.push((slots.bind(r.st)?, r.seq, r.next));
         }
-        if live.is_empty() {
+        // synchronous: start prompts for the free slots, and one ahead of a slot that
+        // frees up (its prefill then rides along in the decode passes)
+        while !asynchronous && live.len() + ready.len() + filling.len() < n_slots + 1 {
+            let Some(&i) = pending.front() else { break };
+            if b.waits_for_cache(i, &filling) {
+                break;
+            }
+            pending.pop_front();
+            filling.push(b.begin_fill(i)?);
+        }
+        if live.is_empty() && filling.is_empty() {
             break;
         }
         let batch: Vec<(SlotHandle, u32)> = live.iter().map(|(h, _, t)| (*h, *t)).collect();
         let ts = Instant::now();
-        let logits = if asynchronous {
+        // prefill tokens that ride along with the decode tokens in one pass (ubatch)
+        let mut room = a.prefill_chunk.min(runner.ubatch.saturating_sub(batch.len()));
+        let logits = if !filling.is_empty() && room > 0 {
+            // a mixed pass: the decode tokens and the next chunks of the filling prompts
+            let ranges: Vec<std::ops::Range<usize>> = filling
+                .iter()
+                .map(|f| {
+                    let r = b.chunk(f, room);
+                    room -= r.len();
+                    r
+                })
+                .collect();
+            let mut chunks: Vec<(&mut SeqState, &[u32])> =
+                filling.iter_mut().zip(&ranges).filter(|(_, r)| !r.is_empty()).map(|(f, r)| (&mut f.st, &b.ids[f.i][r.clone()])).collect();
+            let l = slots.step_mixed(&runner, &batch, &mut chunks)?;
+            drop(chunks);
+            let mut row = batch.len();
+            for f in std::mem::take(&mut filling) {
+                let n = f.st.pos - f.p;
+                row += n;
+                if n == 0 {
+                    filling.push(f);
+                    continue;
+                }
+                match b.fed(f, l.row(row - 1))? {
+                    Ok(r) => ready.extend(r),
+                    Err(f) => filling.push(f),
+                }
+            }
+            l
+        } else if asynchronous {
             slots.step_begin_with(&runner, &batch, true)?;
             // overlap: prefill what the slots freed by this step will need next
             let finishing = live.iter().filter(|(_, s, _)| s.generated + 1 >= s.n_gen).count();
@@ -267,6 +375,9 @@ pub fn run(a: BatchArgs) -> Result<()> {
         } else {
             slots.step(&runner, &batch)?
         };
+        if batch.is_empty() {
+            continue;
+        }
         decode_s += ts.elapsed().as_secs_f64();
         steps += 1;
         step_tokens += batch.len();

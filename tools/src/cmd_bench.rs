@@ -1,9 +1,12 @@
 //! `pn bench`: prefill and decode tokens/s as one JSON line, the same measurement and
-//! fields as the oracle's `llama_bench.py`, so the two run side by side.
+//! fields as the oracle's `llama_bench.py`, so the two run side by side. With
+//! `--slots K`: K sequences decoded together through the decode slots, the measurement
+//! of `llama_bench_batch.py` (its token streams too).
 
 use crate::load;
 use anyhow::{bail, Result};
 use clap::Args;
+use pn_engine::{SlotHandle, Slots};
 use std::time::Instant;
 
 #[derive(Args)]
@@ -17,6 +20,14 @@ pub struct BenchArgs {
     /// Repetitions; the best is reported
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// K sequences stepped together (decode slots): prints `agg_tg_tok_s` (decode steps
+    /// only, K·gen tokens) and `agg_tok_s` (the same tokens over prefill + decode)
+    #[arg(long)]
+    slots: Option<usize>,
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
 pub fn run(a: BenchArgs) -> Result<()> {
@@ -26,18 +37,42 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if a.prompt_len.checked_add(a.gen).is_none_or(|n| n > 262_144) {
         bail!("--prompt-len + --gen: expected at most 262144 tokens, found {} + {}", a.prompt_len, a.gen);
     }
+    if let Some(k) = a.slots {
+        if k == 0 || k > pn_engine::slots::MAX_SLOTS {
+            bail!("--slots: expected 1..={} sequences, found {k}", pn_engine::slots::MAX_SLOTS);
+        }
+    }
     let l = load::load(&a.opts)?;
     let n_vocab = l.runner.model().n_vocab();
     if n_vocab <= 8 {
         bail!("the model's vocabulary ({n_vocab}) is too small to benchmark");
     }
-    let v = n_vocab - 8;
+    let state_cfg = load::state_config(&a.opts, Some(a.prompt_len + a.gen + 16), None)?;
+    let head = serde_json::json!({
+        "engine": "pantheon",
+        "model": l.name,
+        "threads": a.opts.threads,
+        "kv_type": state_cfg.kv.to_string(),
+        "prompt_len": a.prompt_len,
+        "gen": a.gen,
+    });
+    let mut line = match a.slots {
+        None => single(&a, &l, &state_cfg)?,
+        Some(k) => slots(&a, &l, &state_cfg, k)?,
+    };
+    let mut all = head.as_object().expect("an object").clone();
+    all.append(line.as_object_mut().expect("an object"));
+    crate::output::print(&mut std::io::stdout().lock(), &format!("{}\n", serde_json::Value::Object(all)))
+}
+
+/// One sequence: prefill the prompt, then `gen` single-token passes.
+fn single(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConfig) -> Result<serde_json::Value> {
+    let v = l.runner.model().n_vocab() - 8;
     // the same token stream as llama_bench.py
     let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 7919 + 13) % v) as u32).collect();
-    let state_cfg = load::state_config(&a.opts, Some(a.prompt_len + a.gen + 16), None)?;
     let (mut best_pp, mut best_tg) = (0f64, 0f64);
     for rep in 0..a.reps {
-        let mut st = if rep == 0 { load::first_state(&l, &state_cfg)? } else { load::alloc_state(&l, &state_cfg)? };
+        let mut st = if rep == 0 { load::first_state(l, cfg)? } else { load::alloc_state(l, cfg)? };
         let t0 = Instant::now();
         l.runner.forward(&mut st, &prompt, false)?;
         let t1 = Instant::now();
@@ -49,16 +84,34 @@ pub fn run(a: BenchArgs) -> Result<()> {
         best_pp = best_pp.max(a.prompt_len as f64 / (t1 - t0).as_secs_f64());
         best_tg = best_tg.max(a.gen as f64 / (t2 - t1).as_secs_f64());
     }
-    let round2 = |x: f64| (x * 100.0).round() / 100.0;
-    let line = serde_json::json!({
-            "engine": "pantheon",
-            "model": l.name,
-            "threads": a.opts.threads,
-            "kv_type": state_cfg.kv.to_string(),
-            "prompt_len": a.prompt_len,
-            "gen": a.gen,
-            "pp_tok_s": round2(best_pp),
-            "tg_tok_s": round2(best_tg),
-    });
-    crate::output::print(&mut std::io::stdout().lock(), &format!("{line}\n"))
+    Ok(serde_json::json!({ "pp_tok_s": round2(best_pp), "tg_tok_s": round2(best_tg) }))
+}
+
+/// K sequences: each prompt prefilled, bound to a slot, then `gen` steps of all K slots
+/// in one pass each (token streams of llama_bench_batch.py).
+fn slots(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConfig, k: usize) -> Result<serde_json::Value> {
+    let v = l.runner.model().n_vocab() - 8;
+    let (mut best_tg, mut best_all, mut best_pp) = (0f64, 0f64, 0f64);
+    for rep in 0..a.reps {
+        let mut table = Slots::new(k);
+        let t0 = Instant::now();
+        let mut hs: Vec<SlotHandle> = Vec::with_capacity(k);
+        for s in 0..k {
+            let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((s * 7919 + i * 13) % v) as u32).collect();
+            let mut st = if rep == 0 && s == 0 { load::first_state(l, cfg)? } else { load::alloc_state(l, cfg)? };
+            l.runner.forward(&mut st, &prompt, false)?;
+            hs.push(table.bind(st)?);
+        }
+        let t1 = Instant::now();
+        for step in 0..a.gen {
+            let batch: Vec<(SlotHandle, u32)> = hs.iter().enumerate().map(|(s, &h)| (h, ((s * 31 + step) % v) as u32)).collect();
+            table.step(&l.runner, &batch)?;
+        }
+        let t2 = Instant::now();
+        let toks = (k * a.gen) as f64;
+        best_pp = best_pp.max((k * a.prompt_len) as f64 / (t1 - t0).as_secs_f64());
+        best_tg = best_tg.max(toks / (t2 - t1).as_secs_f64());
+        best_all = best_all.max(toks / (t2 - t0).as_secs_f64());
+    }
+    Ok(serde_json::json!({ "seqs": k, "pp_tok_s": round2(best_pp), "agg_tg_tok_s": round2(best_tg), "agg_tok_s": round2(best_all) }))
 }

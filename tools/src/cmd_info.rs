@@ -156,7 +156,7 @@ fn report(o: &mut String, name: &str, g: &Arc<Gguf>, max_seq: usize, types: &[pn
     if shown < g.tensors.len() {
         writeln!(o, "  … {} more (--tensors lists all)", g.tensors.len() - shown)?;
     }
-    writeln!(o, "\n== model")?;
+    writeln!(o, "\n== model (supported architectures: {})", pn_models::SUPPORTED.join(", "))?;
     // the model section is printed as far as its config parses, then the verdict
     if let Ok(m) = pn_models::load(g) {
         for (k, v) in m.describe() {

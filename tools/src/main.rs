@@ -11,6 +11,7 @@ mod cmd_info;
 mod cmd_logits;
 mod cmd_perplexity;
 mod cmd_run;
+mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
 mod generate;
@@ -19,6 +20,7 @@ mod output;
 mod progress;
 mod prompt;
 mod sampling;
+mod synth_arch;
 mod synth_write;
 mod tensor_opts;
 
@@ -57,6 +59,8 @@ enum Cmd {
     Dump(cmd_dump::DumpArgs),
     /// Compare every named tensor with a reference dump and name the first divergence.
     Diff(cmd_diff::DiffArgs),
+    /// Serve the model over HTTP with an OpenAI-compatible API (docs/server.md).
+    Serve(cmd_serve::ServeArgs),
     /// Write a synthetic qwen35moe GGUF with seeded random weights (any preset and weight type).
     Synth(cmd_synth::SynthArgs),
 }
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Cmd::Diff(a) => cmd_diff::run(a),
         Cmd::Synth(a) => cmd_synth::run(a),
         Cmd::Perplexity(a) => cmd_perplexity::run(a),
+        Cmd::Serve(a) => cmd_serve::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,

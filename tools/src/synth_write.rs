@@ -31,6 +31,8 @@ pub enum Init {
     DtBias,
     /// −U(1, 16) (ssm_a = −exp(A_log)).
     SsmA,
+    /// The llama3 rope frequency factors of a head of 2·ne0 dims (`rope_freqs.weight`).
+    Llama3Freqs { base: f32 },
 }
 
 pub struct TensorPlan {
@@ -94,6 +96,7 @@ fn fill(init: Init, ne0: usize, rng: &mut Rng, x: &mut [f32]) {
             *v = dt + (-(-dt).exp_m1()).ln();
         }),
         Init::SsmA => x.iter_mut().for_each(|v| *v = -(1.0 + 15.0 * rng.unit())),
+        Init::Llama3Freqs { base } => x.copy_from_slice(&crate::synth_arch::llama3_factors(base, 2 * ne0)[..x.len()]),
     }
 }
 

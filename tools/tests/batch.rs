@@ -35,7 +35,13 @@ fn run_alone(prompt: &str, n: &str) -> String {
 }
 
 fn batch_lines(file: &str, n: &str, slots: &str, env: &[(&str, &str)]) -> (Vec<serde_json::Value>, String) {
-    let (code, out, err) = pn(&["batch", "--prompts-file", file, "-n", n, "--slots", slots, "--greedy"], env);
+    batch_lines_with(file, n, slots, env, &[])
+}
+
+fn batch_lines_with(file: &str, n: &str, slots: &str, env: &[(&str, &str)], extra: &[&str]) -> (Vec<serde_json::Value>, String) {
+    let mut args = vec!["batch", "--prompts-file", file, "-n", n, "--slots", slots, "--greedy"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = pn(&args, env);
     assert_eq!(code, 0, "{err}");
     (out.lines().map(|l| serde_json::from_str(l).expect("one JSON object per line")).collect(), err)
 }
@@ -46,17 +52,26 @@ const PROMPTS: [&str; 6] = ["def fibonacci(n):", "class Stack:", "import os", "d
 fn batch_equals_run_per_prompt_in_input_order() {
     let file = tmp("prompts.txt", &(PROMPTS.join("\n") + "\n\n"));
     let want: Vec<String> = PROMPTS.iter().map(|p| run_alone(p, "10")).collect();
-    for (slots, env) in [("3", vec![]), ("16", vec![]), ("2", vec![("PN_ASYNC", "0")]), ("1", vec![("QWEN35_ASYNC_SCHED", "0")])] {
-        let (lines, err) = batch_lines(&file, "10", slots, &env);
+    // the CPU default is synchronous steps with new prompts prefilled in chunks inside
+    // them (mixed passes); PN_ASYNC=1 overlaps whole prefills with async steps
+    let cases: [(&str, Vec<(&str, &str)>, Vec<&str>); 5] = [
+        ("3", vec![], vec![]),
+        ("16", vec![], vec![]),
+        ("2", vec![], vec!["--prefill-chunk", "2"]),
+        ("2", vec![("PN_ASYNC", "1")], vec![]),
+        ("1", vec![("QWEN35_ASYNC_SCHED", "0")], vec![]),
+    ];
+    for (slots, env, extra) in cases {
+        let (lines, err) = batch_lines_with(&file, "10", slots, &env, &extra);
         assert_eq!(lines.len(), PROMPTS.len(), "one line per prompt");
         for (i, l) in lines.iter().enumerate() {
             assert_eq!(l["index"], i, "input order");
             assert_eq!(l["prompt"], PROMPTS[i]);
-            assert_eq!(l["completion"].as_str().unwrap(), want[i], "prompt {i} with {slots} slots {env:?}");
+            assert_eq!(l["completion"].as_str().unwrap(), want[i], "prompt {i} with {slots} slots {env:?} {extra:?}");
             assert!(l["tokens"].as_u64().unwrap() <= 10);
         }
         assert!(err.contains("tok/s aggregate"), "{err}");
-        let mode = if env.is_empty() { "async" } else { "sync" };
+        let mode = if env == [("PN_ASYNC", "1")] { "async" } else { "sync" };
         assert!(err.contains(&format!("{slots} slots ({mode})")), "{err}");
     }
 }
@@ -75,6 +90,12 @@ fn batch_prefix_cache_hits_equal_run() {
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(l["completion"].as_str().unwrap(), run_alone(&prompts[i], "6"), "prompt {i} after a cache hit");
     }
+    // two slots: the later prompts are prefilled in chunks inside the first one's steps
+    let (mixed, err) = batch_lines_with(&file, "6", "2", &env, &["--prefill-chunk", "16"]);
+    for (i, l) in mixed.iter().enumerate() {
+        assert_eq!(l["completion"], lines[i]["completion"], "prompt {i}, mixed passes: {err}");
+    }
+    assert!(mixed[1]["cached_tokens"].as_u64().unwrap() >= 128, "{err}");
     let (off, _) = batch_lines(&file, "6", "1", &[("PN_PREFIX_CACHE_MB", "0")]);
     assert!(off.iter().all(|l| l["cached_tokens"] == 0));
 }
@@ -93,4 +114,21 @@ fn batch_bad_input_is_an_error() {
     assert_ne!(code, 0);
     assert!(err.contains("--slots"), "{err}");
     assert!(!err.contains("panicked"));
+}
+
+#[test]
+fn bench_slots_prints_one_json_line() {
+    let (code, out, err) = pn(&["bench", "--slots", "3", "--prompt-len", "4", "--gen", "2", "--reps", "1", "--threads", "2"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).expect("a JSON line");
+    assert_eq!(v["seqs"], 3);
+    assert_eq!((v["prompt_len"].as_u64(), v["gen"].as_u64()), (Some(4), Some(2)));
+    for k in ["agg_tg_tok_s", "agg_tok_s", "pp_tok_s"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
+    }
+    let (code, _, err) = pn(&["bench", "--slots", "0", "--gen", "1", "--reps", "1"], &[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--slots: expected 1..=256"), "{err}");
 }

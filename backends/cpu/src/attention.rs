@@ -17,7 +17,7 @@ use crate::par;
 use kernels::{accumulate, hadamard, score_range, softmax, transpose, CB};
 use pn_ops::reference::attention::kv_cache;
 use pn_ops::reference::common::{act_f32, act_i32, out_f32, token_positions};
-use pn_ops::{KvCache, KvType, LayerState, OpError, Tensor, TensorMeta, Value};
+use pn_ops::{KvCache, KvType, LayerState, OpError, SeqSpan, Tensor, TensorMeta, Value};
 use std::cell::RefCell;
 
 /// Per-thread scratch: rotated queries, scores, a transposed K block, decoded cells,
@@ -236,6 +236,51 @@ pub fn attention(
     out_f32("Attention", out, y)
 }
 
+/// The inputs of one attention call: q `[d][n_head][T]`, k / v `[d][n_head_kv][T]` of
+/// the pass (all its sequences' tokens), and the op's parameters.
+#[derive(Clone, Copy)]
+struct Attn<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    n_head: usize,
+    n_head_kv: usize,
+    d: usize,
+    scale: f32,
+}
+
+impl<'a> Attn<'a> {
+    fn from_ins(ins: &[Value<'a>], n_head: usize, n_head_kv: usize, d: usize, scale: f32) -> Result<(Attn<'a>, &'a [i32]), OpError> {
+        const OP: &str = "Attention";
+        let a = Attn { q: act_f32(OP, &ins[0])?, k: act_f32(OP, &ins[1])?, v: act_f32(OP, &ins[2])?, n_head, n_head_kv, d, scale };
+        Ok((a, act_i32(OP, &ins[3])?))
+    }
+    /// The tokens `r` of the pass (one sequence's).
+    fn tokens(&self, r: std::ops::Range<usize>) -> Attn<'a> {
+        let (qs, ks) = (self.n_head * self.d, self.n_head_kv * self.d);
+        Attn { q: &self.q[r.start * qs..r.end * qs], k: &self.k[r.start * ks..r.end * ks], v: &self.v[r.start * ks..r.end * ks], ..*self }
+    }
+    /// Writes k, v of tokens `a..b` (positions `pos`) into the cache.
+    fn write(&self, kv: &mut KvCache, pos: &[i32], (a, b): (usize, usize)) {
+        let d = self.d;
+        for (ti, &p) in pos.iter().enumerate().take(b).skip(a) {
+            for g in 0..self.n_head_kv {
+                let src = (ti * self.n_head_kv + g) * d;
+                kv.write(g, p as usize, &self.k[src..src + d], &self.v[src..src + d]);
+            }
+        }
+    }
+}
+
+/// Cost per cell and dim of reading a cache of this format (decoding costs more).
+fn decode_cost(kv: &KvCache) -> usize {
+    if kv.ty == KvType::F32 {
+        2
+    } else {
+        4
+    }
+}
+
 /// `attention` into `y` (every element written; no allocation per call once the
 /// per-thread scratch is warm).
 #[allow(clippy::too_many_arguments)]
@@ -250,38 +295,37 @@ pub fn attention_into(
     y: &mut [f32],
 ) -> Result<(), OpError> {
     const OP: &str = "Attention";
-    let q = act_f32(OP, &ins[0])?;
-    let k = act_f32(OP, &ins[1])?;
-    let v = act_f32(OP, &ins[2])?;
-    let pos = act_i32(OP, &ins[3])?;
+    let (at, pos) = Attn::from_ins(ins, n_head, n_head_kv, d, scale)?;
     let t = out.shape.0[1];
     let pos = token_positions(OP, pos, t)?;
     let kv = kv_cache(OP, state, n_head_kv, d)?;
     kv.check_positions(OP, pos)?;
-    let group = n_head / n_head_kv;
     crate::norm::len_check(OP, d * n_head * t, y.len())?;
     y.fill(0.0);
-    let decode_cost = if kv.ty == KvType::F32 { 2 } else { 4 };
+    attend(&at, pos, kv, y);
+    Ok(())
+}
+
+/// One sequence's attention (`at`, `pos`: its tokens), the cache written run by run.
+fn attend(at: &Attn<'_>, pos: &[i32], kv: &mut KvCache, y: &mut [f32]) {
+    let (n_head, n_head_kv, d) = (at.n_head, at.n_head_kv, at.d);
+    let group = n_head / n_head_kv;
+    let cost = decode_cost(kv);
     for (a, b) in kv.runs(pos) {
-        for (ti, &p) in pos.iter().enumerate().take(b).skip(a) {
-            for g in 0..n_head_kv {
-                let src = (ti * n_head_kv + g) * d;
-                kv.write(g, p as usize, &k[src..src + d], &v[src..src + d]);
-            }
-        }
+        at.write(kv, pos, (a, b));
         let kv: &KvCache = kv;
         let max_kv = pos[a..b].iter().map(|&p| p as usize + 1 - kv.first_visible(p as usize)).max().unwrap_or(0);
         let nt = b - a;
         let threads = if par::outside_pool() { 1 } else { rayon::current_num_threads() };
         let ys = &mut y[a * n_head * d..b * n_head * d];
         let tile_at = |t0: usize, t1: usize, h0: usize, gs: usize, ostride: usize, o: &mut [f32]| {
-            tile(Tile { kv, q, pos, t0, t1, h0, gs, g: h0 / group, n_head, scale, ostride }, o);
+            tile(Tile { kv, q: at.q, pos, t0, t1, h0, gs, g: h0 / group, n_head, scale: at.scale, ostride }, o);
         };
         // tokens per tile: up to TT while every thread still gets a task
         let tt = (1..=TT).rev().find(|&tt| nt >= tt * threads).unwrap_or(1);
         if tt > 1 {
             // prefill: a task per tt tokens, its tiles of every KV head
-            let work = decode_cost * d * max_kv * (tt + group) * n_head_kv;
+            let work = cost * d * max_kv * (tt + group) * n_head_kv;
             par::rows(ys, tt * n_head * d, work, |i, o| {
                 let t0 = a + i * tt;
                 for g in 0..n_head_kv {
@@ -289,55 +333,93 @@ pub fn attention_into(
                 }
             });
         } else {
-            // a tile per (token, part of a GQA group): split a group only to give every
-            // thread work (each split reads the cells again; never changes what an element
-            // computes). Layout [token][KV head][split] = the output's [token][head].
-            let mut gs = group;
-            while gs.is_multiple_of(2) && nt * n_head_kv * (group / gs) < threads {
-                gs /= 2;
-            }
-            let work = decode_cost * d * max_kv * (1 + gs);
+            let gs = split_group(group, nt * n_head_kv, threads);
+            let work = cost * d * max_kv * (1 + gs);
             par::rows(ys, gs * d, work, |i, o| tile_at(a + i / (n_head / gs), a + i / (n_head / gs) + 1, (i % (n_head / gs)) * gs, gs, 0, o));
         }
     }
-    Ok(())
 }
 
-impl crate::CpuBackend {
-    /// One stateful op for several sequences (decode slots: `Backend::execute_multi`):
-    /// unless every sequence's op is light enough to run inline, the sequences run
-    /// concurrently on the pool, one task each (a kernel's own loops
-    /// still split only when its work is large, `par::rows`). Every sequence's kernel
-    /// computes exactly what it computes alone, so results are bitwise those of one
-    /// `execute` per sequence, for any thread count.
-    pub fn run_multi(
-        &self,
-        op: &pn_ops::Op,
-        inputs: &[Vec<Value<'_>>],
-        outs: &[TensorMeta],
-        states: &mut [Option<&mut LayerState>],
-    ) -> Result<Vec<Tensor>, OpError> {
-        use rayon::prelude::*;
-        if inputs.len() != outs.len() || inputs.len() != states.len() {
-            return Err(OpError::Invalid { op: op.kind(), msg: format!("{} inputs, {} outputs, {} states", inputs.len(), outs.len(), states.len()) });
-        }
-        // Ops light enough to run inline (small DeltaRule / conv steps) stay on the
-        // caller's thread one after another: a pool hand-off costs more than they do.
-        let light = inputs.iter().zip(outs).all(|(ins, out)| crate::runs_inline(op, ins, out));
-        if inputs.len() <= 1 || self.threads <= 1 || light {
-            return inputs.iter().zip(outs).zip(states.iter_mut()).map(|((ins, out), st)| self.run(op, ins, out, st.as_deref_mut())).collect();
-        }
-        for (ins, out) in inputs.iter().zip(outs) {
-            pn_ops::reference::common::validate(op, ins, out)?;
-        }
-        self.pool.install(|| {
-            states
-                .par_iter_mut()
-                .zip(inputs.par_iter())
-                .zip(outs.par_iter())
-                .with_max_len(1)
-                .map(|((st, ins), out)| crate::dispatch(op, ins, out, st.as_deref_mut()))
-                .collect()
-        })
+/// Query heads per decode tile: the whole GQA group, split only to give every thread
+/// work (each split reads the cells again; never changes what an element computes).
+fn split_group(group: usize, tasks_per_split: usize, threads: usize) -> usize {
+    let mut gs = group;
+    while gs.is_multiple_of(2) && tasks_per_split * (group / gs) < threads {
+        gs /= 2;
     }
+    gs
+}
+
+/// Tokens up to which a sequence of a multi-sequence pass joins the shared loop over
+/// (token, head group) tiles; longer ones (prefill chunks) run on their own.
+const SHARED_MAX: usize = 4;
+
+/// Attention for every sequence of a pass in one call (`Backend::execute_seqs`):
+/// sequence `i` owns tokens `spans[i]` and the KV cache of `states[i]`. Short sequences
+/// (decode tokens) have their cells written first, then ONE parallel loop over the
+/// (token, head group) tiles of all of them; a longer one (or one whose cache writes
+/// wrap within the pass) runs alone as [`attention_into`] runs it. A tile computes
+/// exactly what it computes in a single-sequence call, so every row is bitwise the
+/// sequence alone, for any mix and thread count.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_seqs(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    spans: &[SeqSpan],
+    states: &mut [&mut LayerState],
+    (n_head, n_head_kv, d, scale): (usize, usize, usize, f32),
+    y: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "Attention";
+    let (at, pos) = Attn::from_ins(ins, n_head, n_head_kv, d, scale)?;
+    let t = out.shape.0[1];
+    let pos = token_positions(OP, pos, t)?;
+    pn_ops::state::check_spans(OP, spans, states.len(), t)?;
+    crate::norm::len_check(OP, d * n_head * t, y.len())?;
+    y.fill(0.0);
+    let qs = n_head * d;
+    // per sequence: its cache if it joins the shared loop (cells written), else run now
+    let mut shared: Vec<Option<&KvCache>> = Vec::with_capacity(spans.len());
+    let (mut max_kv, mut cost, mut n_shared) = (0, 2, 0);
+    for (sp, st) in spans.iter().zip(states.iter_mut()) {
+        let kv = kv_cache(OP, Some(&mut **st), n_head_kv, d)?;
+        let p = &pos[sp.range()];
+        kv.check_positions(OP, p)?;
+        let sub = at.tokens(sp.range());
+        if sp.len <= SHARED_MAX && kv.runs(p).len() == 1 {
+            sub.write(kv, p, (0, sp.len));
+            let kv: &KvCache = kv;
+            max_kv = p.iter().map(|&q| q as usize + 1 - kv.first_visible(q as usize)).fold(max_kv, usize::max);
+            cost = cost.max(decode_cost(kv));
+            n_shared += sp.len;
+            shared.push(Some(kv));
+        } else {
+            attend(&sub, p, kv, &mut y[sp.start * qs..(sp.start + sp.len) * qs]);
+            shared.push(None);
+        }
+    }
+    if n_shared == 0 {
+        return Ok(());
+    }
+    // token → (sequence, its first token), for the shared tiles
+    let mut owner = Vec::with_capacity(t);
+    for (i, sp) in spans.iter().enumerate() {
+        owner.extend(std::iter::repeat_n((i, sp.start), sp.len));
+    }
+    let group = n_head / n_head_kv;
+    let threads = if par::outside_pool() { 1 } else { rayon::current_num_threads() };
+    let gs = split_group(group, n_shared * n_head_kv, threads);
+    let per_tok = n_head / gs;
+    let work = cost * d * max_kv * (1 + gs);
+    par::rows(y, gs * d, work, |i, o| {
+        let (ti, h0) = (i / per_tok, (i % per_tok) * gs);
+        let (s, start) = owner[ti];
+        if let Some(kv) = shared[s] {
+            let sp = spans[s];
+            let q = &at.q[start * qs..(start + sp.len) * qs];
+            let k = ti - start;
+            tile(Tile { kv, q, pos: &pos[sp.range()], t0: k, t1: k + 1, h0, gs, g: h0 / group, n_head, scale, ostride: 0 }, o);
+        }
+    });
+    Ok(())
 }

@@ -3,8 +3,8 @@
 //! vectorized recurrence for short batches — see `delta_chunk`).
 
 use crate::par;
-use pn_ops::reference::common::{act_f32, conv_state, out_f32, recurrent_state, weight, weight_f32};
-use pn_ops::{LayerState, OpError, RecurrentState, Tensor, TensorMeta, Value};
+use pn_ops::reference::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
+use pn_ops::{LayerState, OpError, RecurrentState, SeqSpan, Tensor, TensorMeta, Value};
 use crate::delta_chunk::{self, HeadIn, Scratch};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -34,12 +34,18 @@ pub fn conv1d_causal_into(
     y: &mut [f32],
 ) -> Result<(), OpError> {
     const OP: &str = "Conv1dCausal";
+    let (x, wv, c, _) = conv_inputs(ins, out, y)?;
+    let st = conv_state(OP, state, d_conv, c)?;
+    conv_seq(x, &wv, st, d_conv, c, y)
+}
+
+/// The conv's input `[C][T]`, taps, channels and tokens, checked against `y`.
+fn conv_inputs<'a>(ins: &[Value<'a>], out: &TensorMeta, y: &[f32]) -> Result<(&'a [f32], pn_ops::WeightView<'a>, usize, usize), OpError> {
+    const OP: &str = "Conv1dCausal";
     let x = act_f32(OP, &ins[0])?;
     let wv = weight(OP, &ins[1])?;
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = conv_state(OP, state, d_conv, c)?;
-    let ns = d_conv - 1;
     crate::norm::len_check(OP, t * c, y.len())?;
     if x.len() != t * c {
         return Err(OpError::Invalid {
@@ -47,6 +53,50 @@ pub fn conv1d_causal_into(
             msg: format!("x has {} elements, expected {c}×{t}", x.len()),
         });
     }
+    Ok((x, wv, c, t))
+}
+
+/// The conv of every sequence of a pass (`Backend::execute_seqs`): sequence `i` owns
+/// tokens `spans[i]` and the window of `states[i]`; each is [`conv1d_causal_into`] on
+/// its tokens (no copies), so every row is bitwise the sequence alone.
+pub fn conv1d_causal_seqs(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    spans: &[SeqSpan],
+    states: &mut [&mut LayerState],
+    d_conv: usize,
+    y: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "Conv1dCausal";
+    let (x, wv, c, t) = conv_inputs(ins, out, y)?;
+    pn_ops::state::check_spans(OP, spans, states.len(), t)?;
+    let mut sts = Vec::with_capacity(spans.len());
+    for st in states.iter_mut() {
+        sts.push(conv_state(OP, Some(&mut **st), d_conv, c)?);
+    }
+    // sequences in parallel when there is enough work (each one's loops stay serial
+    // inside; a long one splits its own rows as alone)
+    let mut parts: Vec<(SeqSpan, &mut RecurrentState, &mut [f32])> = Vec::with_capacity(spans.len());
+    let mut rest = y;
+    for (&sp, st) in spans.iter().zip(sts) {
+        let (head, tail) = rest.split_at_mut(sp.len * c);
+        parts.push((sp, st, head));
+        rest = tail;
+    }
+    let run = |(sp, st, ys): &mut (SeqSpan, &mut RecurrentState, &mut [f32])| conv_seq(&x[sp.start * c..(sp.start + sp.len) * c], &wv, st, d_conv, c, ys);
+    if t * c * d_conv < par::SERIAL_WORK || par::outside_pool() || parts.iter().any(|p| p.0.len > DIRECT_CONV_TOKENS) {
+        parts.iter_mut().try_for_each(run)
+    } else {
+        parts.par_iter_mut().with_max_len(1).try_for_each(|p| par::inline(|| run(p)))
+    }
+}
+
+/// One sequence's conv: `x` `[C][T]` after the window `st.conv`, into `y`; the window
+/// moves on by T.
+fn conv_seq(x: &[f32], wv: &pn_ops::WeightView<'_>, st: &mut RecurrentState, d_conv: usize, c: usize, y: &mut [f32]) -> Result<(), OpError> {
+    let t = x.len() / c;
+    let ns = d_conv - 1;
+    let wv = *wv;
     let conv = &st.conv;
     // Window row r: state row r for r < ns, else token r - ns.
     let win = |r: usize| -> &[f32] {
@@ -147,6 +197,7 @@ fn conv_transposed<'w>(
 }
 
 /// Geometry and inputs of one delta-rule call.
+#[derive(Clone, Copy)]
 struct Delta<'a> {
     q: &'a [f32],
     k: &'a [f32],
@@ -160,27 +211,10 @@ struct Delta<'a> {
     t: usize,
 }
 
-fn delta_inputs<'a>(
-    ins: &[Value<'a>],
-    out: &TensorMeta,
-    st: &RecurrentState,
-) -> Result<Delta<'a>, OpError> {
+fn delta_inputs<'a>(ins: &[Value<'a>], out: &TensorMeta) -> Result<Delta<'a>, OpError> {
     const OP: &str = "DeltaRule";
     let [dk, hk, _, _] = ins[0].act().shape.0;
     let [dv, hv, t, _] = out.shape.0;
-    if st.n_v_heads != hv
-        || st.head_k_dim != dk
-        || st.head_v_dim != dv
-        || st.ssm.len() != hv * dv * dk
-    {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!(
-                "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
-                st.n_v_heads, st.head_k_dim, st.head_v_dim
-            ),
-        });
-    }
     Ok(Delta {
         q: act_f32(OP, &ins[0])?,
         k: act_f32(OP, &ins[1])?,
@@ -193,6 +227,26 @@ fn delta_inputs<'a>(
         hv,
         t,
     })
+}
+
+impl<'a> Delta<'a> {
+    /// The tokens `r` of the pass (one sequence's).
+    fn tokens(&self, r: std::ops::Range<usize>) -> Delta<'a> {
+        let (qk, vs) = (self.hk * self.dk, self.hv * self.dv);
+        Delta {
+            q: &self.q[r.start * qk..r.end * qk],
+            k: &self.k[r.start * qk..r.end * qk],
+            v: &self.v[r.start * vs..r.end * vs],
+            g: &self.g[r.start * self.hv..r.end * self.hv],
+            beta: &self.beta[r.start * self.hv..r.end * self.hv],
+            t: r.len(),
+            ..*self
+        }
+    }
+    /// The layer state, checked against this call's heads and dims.
+    fn state<'s>(&self, state: Option<&'s mut LayerState>) -> Result<&'s mut RecurrentState, OpError> {
+        ssm_state("DeltaRule", state, (self.hv, self.dk, self.dv))
+    }
 }
 
 /// Tokens from which the chunked form is used (below: the vectorized recurrence). Off by
@@ -263,47 +317,97 @@ pub fn delta_rule_into(
     state: Option<&mut LayerState>,
     y: &mut [f32],
 ) -> Result<(), OpError> {
-    const OP: &str = "DeltaRule";
-    let st = recurrent_state(OP, state)?;
-    let p = delta_inputs(ins, out, st)?;
-    let (dk, dv, hv, t) = (p.dk, p.dv, p.hv, p.t);
-    crate::norm::len_check(OP, dv * hv * t, y.len())?;
-    if dk * dv == 0 || t == 0 {
+    let p = delta_inputs(ins, out)?;
+    let st = p.state(state)?;
+    delta_rule_seqs_of(&mut [(p, st)], p.hv * p.dv * p.t, y)
+}
+
+/// The delta rule of every sequence of a pass (`Backend::execute_seqs`): sequence `i`
+/// owns tokens `spans[i]` and the ssm state of `states[i]`; ONE loop over all
+/// (sequence, V head) pairs, each computing what it computes alone (the form chosen by
+/// that sequence's token count), so every row is bitwise the sequence alone.
+pub fn delta_rule_seqs(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    spans: &[SeqSpan],
+    states: &mut [&mut LayerState],
+    y: &mut [f32],
+) -> Result<(), OpError> {
+    let p = delta_inputs(ins, out)?;
+    pn_ops::state::check_spans("DeltaRule", spans, states.len(), p.t)?;
+    let mut seqs = Vec::with_capacity(spans.len());
+    for (sp, st) in spans.iter().zip(states.iter_mut()) {
+        let sub = p.tokens(sp.range());
+        seqs.push((sub, p.state(Some(&mut **st))?));
+    }
+    delta_rule_seqs_of(&mut seqs, p.hv * p.dv * p.t, y)
+}
+
+/// The sequences' delta rules into `y` (`[T][Hv][Dv]`, sequence after sequence).
+fn delta_rule_seqs_of(seqs: &mut [(Delta<'_>, &mut RecurrentState)], n: usize, y: &mut [f32]) -> Result<(), OpError> {
+    crate::norm::len_check("DeltaRule", n, y.len())?;
+    let Some(p0) = seqs.first().map(|(p, _)| *p) else { return Ok(()) };
+    let (dk, dv, hv) = (p0.dk, p0.dv, p0.hv);
+    if dk * dv == 0 || n == 0 {
         y.fill(0.0);
         return Ok(());
     }
-    // Per-head outputs [Hv][T][Dv], then transposed to [T][Hv][Dv] (one token: the
-    // same layout, written in place).
-    let mut oh = if t == 1 {
+    // Per-head outputs [Hv][t][Dv] per sequence, then transposed to [t][Hv][Dv] (all
+    // sequences of one token: the same layout, written in place).
+    let direct = seqs.iter().all(|(p, _)| p.t == 1);
+    let mut oh = if direct {
         Vec::new()
     } else {
         let mut v = HEADS.with(|h| std::mem::take(&mut *h.borrow_mut()));
         v.clear();
-        v.resize(hv * t * dv, 0.0);
+        v.resize(n, 0.0);
         v
     };
-    let ohs: &mut [f32] = if t == 1 { &mut *y } else { &mut oh };
-    if hv * t * dk * dv < par::SERIAL_WORK || par::outside_pool() {
-        st.ssm
-            .chunks_mut(dk * dv)
-            .zip(ohs.chunks_mut(t * dv))
-            .enumerate()
-            .for_each(|(h, (s, o))| delta_head(&p, h, s, o));
-    } else {
-        st.ssm
-            .par_chunks_mut(dk * dv)
-            .zip(ohs.par_chunks_mut(t * dv))
-            .enumerate()
-            .for_each(|(h, (s, o))| delta_head(&p, h, s, o));
+    {
+        let ohs: &mut [f32] = if direct { &mut *y } else { &mut oh };
+        let serial = n * dk < par::SERIAL_WORK || par::outside_pool();
+        if let [(p, st)] = seqs {
+            // one sequence: its heads, no task list (nothing allocated per decode step)
+            if serial {
+                st.ssm.chunks_mut(dk * dv).zip(ohs.chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
+            } else {
+                st.ssm.par_chunks_mut(dk * dv).zip(ohs.par_chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
+            }
+        } else {
+            // (sequence, V head) tasks: the head's state [Dv][Dk] and output [t][Dv]
+            let mut tasks: Vec<(&Delta<'_>, usize, &mut [f32], &mut [f32])> = Vec::with_capacity(seqs.len() * hv);
+            let mut rest = ohs;
+            for (p, st) in seqs.iter_mut() {
+                let (mine, tail) = rest.split_at_mut(hv * p.t * dv);
+                rest = tail;
+                let t = p.t;
+                let p: &Delta<'_> = p;
+                for (h, (s, o)) in st.ssm.chunks_mut(dk * dv).zip(mine.chunks_mut(t * dv)).enumerate() {
+                    tasks.push((p, h, s, o));
+                }
+            }
+            if serial {
+                tasks.into_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+            } else {
+                tasks.into_par_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+            }
+        }
     }
-    if t == 1 {
+    if direct {
         return Ok(());
     }
-    par::rows(y, hv * dv, hv * dv, |ti, yr| {
-        for h in 0..hv {
-            yr[h * dv..(h + 1) * dv].copy_from_slice(&oh[(h * t + ti) * dv..(h * t + ti + 1) * dv]);
-        }
-    });
+    let mut at = 0;
+    for (p, _) in seqs.iter() {
+        let (t, base) = (p.t, at);
+        let ys = &mut y[at..at + t * hv * dv];
+        at += t * hv * dv;
+        let oh = &oh[base..base + t * hv * dv];
+        par::rows(ys, hv * dv, hv * dv, |ti, yr| {
+            for h in 0..hv {
+                yr[h * dv..(h + 1) * dv].copy_from_slice(&oh[(h * t + ti) * dv..(h * t + ti + 1) * dv]);
+            }
+        });
+    }
     HEADS.with(|h| *h.borrow_mut() = oh);
     Ok(())
 }

@@ -21,7 +21,7 @@ mod scratch;
 
 use pn_engine::{f32_out, i32_out, store_into, Backend, Node, Support};
 use pn_ops::reference::common::validate;
-use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
+use pn_ops::{LayerState, Op, OpError, SeqSpan, Tensor, TensorMeta, Value};
 
 /// The CPU backend: owns its own rayon thread pool (two instances are two independent
 /// "dies").
@@ -348,15 +348,31 @@ impl Backend for CpuBackend {
         })
     }
 
-    /// The sequences of a multi-sequence step concurrently on this backend's pool
-    /// (`CpuBackend::run_multi`, in attention.rs).
-    fn execute_multi(
+    /// Every sequence of a pass in one kernel call (attention.rs, delta.rs): one
+    /// parallel loop over the (sequence, head) rows of all sequences.
+    fn execute_seqs(
         &self,
         op: &Op,
-        inputs: &[Vec<Value<'_>>],
-        outs: &[TensorMeta],
-        states: &mut [Option<&mut LayerState>],
-    ) -> Result<Vec<Tensor>, OpError> {
-        self.run_multi(op, inputs, outs, states)
+        ins: &[Value<'_>],
+        meta: &TensorMeta,
+        seqs: &[SeqSpan],
+        states: &mut [&mut LayerState],
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        validate(op, ins, meta)?;
+        let run = || -> Result<(), OpError> {
+            match op {
+                Op::Attention { n_head, n_head_kv, head_dim, scale, state: _ } => {
+                    attention::attention_seqs(ins, meta, seqs, states, (*n_head, *n_head_kv, *head_dim, *scale), f32_out(out, meta))
+                }
+                Op::Conv1dCausal { d_conv, state: _ } => delta::conv1d_causal_seqs(ins, meta, seqs, states, *d_conv, f32_out(out, meta)),
+                Op::DeltaRule { state: _ } => delta::delta_rule_seqs(ins, meta, seqs, states, f32_out(out, meta)),
+                _ => Err(OpError::Invalid { op: op.kind(), msg: "not a stateful op".into() }),
+            }
+        };
+        if runs_inline(op, ins, meta) {
+            return par::inline(run);
+        }
+        self.pool.install(run)
     }
 }

@@ -144,7 +144,7 @@ impl ResState {
 }
 
 /// The stateful `op` once per sequence on its slice of the token axis (the host
-/// reference is `pn_engine::slots::run_per_sequence`).
+/// reference is `pn_ops::reference::seqs::per_sequence`, the default `Backend::execute_seqs`).
 #[allow(clippy::too_many_arguments)]
 fn multi(
     cx: &mut Cx<'_>,

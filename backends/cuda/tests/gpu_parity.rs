@@ -395,7 +395,9 @@ fn rope_neox_and_imrope() {
     for t in [1, 7] {
         let x = t32(Shape::d3(128, 4, t), &mut rng, 1.0);
         let pos = Tensor::i32(Shape::d1(t), (0..t as i32).map(|p| 3 + 50 * p).collect());
+        let ff = Tensor::f32(Shape::d1(32), (0..32).map(|i| 1.0 + (i % 7) as f32).collect());
         for mode in [
+            RopeMode::Normal,
             RopeMode::Neox,
             RopeMode::IMRope {
                 sections: [11, 11, 10, 0],
@@ -411,6 +413,13 @@ fn rope_neox_and_imrope() {
                 &format!("Rope {mode:?} T={t}"),
                 &op,
                 &[Value::Act(&x), Value::Act(&pos)],
+                None,
+                1e-10,
+            );
+            both(
+                &format!("Rope {mode:?} T={t} freq factors"),
+                &op,
+                &[Value::Act(&x), Value::Act(&pos), Value::Act(&ff)],
                 None,
                 1e-10,
             );

@@ -5,13 +5,13 @@
 
 use super::arena::Arena;
 use super::{no_state, Compiled, Observer, RunError, Runner};
-use crate::backend::{store_into, Backend, SegmentRun};
+use crate::backend::{Backend, SegmentRun};
 use crate::graph::Graph;
 use crate::model::Geometry;
 use crate::planner::debug::Moves;
 use crate::planner::program::{InputKind, Phys, SegProgram, Src};
 use crate::state::SeqState;
-use pn_ops::{DType, Shape, Tensor, TensorData, Value, WeightView};
+use pn_ops::{DType, LayerState, SeqSpan, Shape, Tensor, TensorData, Value, WeightView};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -26,6 +26,8 @@ pub(super) struct Pass<'a, 's> {
     pub arena: &'a mut Arena,
     pub seqs: &'a mut [&'s mut SeqState],
     pub lens: &'a [usize],
+    /// The sequence table: sequence `i` owns tokens `spans[i]` (from `lens`).
+    pub spans: &'a [SeqSpan],
     pub op_times: &'a mut BTreeMap<&'static str, (u64, u64)>,
 }
 
@@ -76,9 +78,9 @@ impl Pass<'_, '_> {
                     if seqs.iter().any(|q| q.n_layers() <= s) {
                         return Err(no_state(node, s));
                     }
-                    let mut states: Vec<_> = seqs.iter_mut().map(|q| q.layer_mut(s)).collect();
-                    crate::slots::run_per_sequence(backend, &node.op, meta, &ins, &mut states, self.lens)
-                        .map(|t| store_into(&mut out, t))
+                    let mut states: SmallVec<[&mut LayerState; 16]> =
+                        seqs.iter_mut().map(|q| q.layer_mut(s).expect("checked above")).collect();
+                    backend.execute_seqs(&node.op, &ins, meta, self.spans, &mut states, &mut out)
                 }
             };
             drop(ins);
@@ -167,6 +169,7 @@ impl Runner {
                 }
             })
             .collect();
+        let spans = SeqSpan::table(lens);
         let step = self.profile.counters().steps;
         let step_t0 = Instant::now();
         let mut op_times: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
@@ -200,6 +203,7 @@ impl Runner {
                 arena: &mut *arena,
                 seqs: &mut *seqs,
                 lens,
+                spans: &spans,
                 op_times: &mut op_times,
             };
             if resident {

@@ -1,7 +1,7 @@
 //! Gated-DeltaNet state ops: causal depthwise conv (spec §4.4.2) and the gated delta
 //! rule recurrence (§4.4.4), both sequential over tokens.
 
-use super::common::{act_f32, conv_state, out_f32, recurrent_state, weight, weight_f32};
+use super::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
 use crate::{LayerState, OpError, Tensor, TensorMeta, Value};
 
 /// out[t][c] = Σ_{i<d_conv} X_c[t+i]·w[c][i] over X_c = [state | x]; the state keeps the
@@ -53,20 +53,7 @@ pub fn delta_rule(
     let beta = act_f32(OP, &ins[4])?;
     let [dk, hk, _, _] = ins[0].act().shape.0;
     let [dv, hv, t, _] = out.shape.0;
-    let st = recurrent_state(OP, state)?;
-    if st.n_v_heads != hv
-        || st.head_k_dim != dk
-        || st.head_v_dim != dv
-        || st.ssm.len() != hv * dv * dk
-    {
-        return Err(OpError::Invalid {
-            op: OP,
-            msg: format!(
-                "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
-                st.n_v_heads, st.head_k_dim, st.head_v_dim
-            ),
-        });
-    }
+    let st = ssm_state(OP, state, (hv, dk, dv))?;
     let scale = 1.0f32 / (dk as f32).sqrt();
     let mut y = vec![0.0f32; dv * hv * t];
     let mut kv = vec![0.0f32; dv];

@@ -13,6 +13,7 @@ pub mod matmul;
 pub mod moe;
 pub mod norm;
 pub mod rope;
+pub mod seqs;
 
 use crate::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 

@@ -1,0 +1,545 @@
+//! The engine thread: it alone owns the runner, the decode slots and the prefix cache.
+//! Every call into `Slots` / `Runner` / `PrefixCache` the server makes is in this module
+//! (and `prefill.rs`), so an engine API change is adapted here.
+//!
+//! Loop: take new jobs (bounded queue, counted by `Metrics::queue_depth`), drop the
+//! cancelled ones (client gone: its event channel is closed; deadline passed), admit
+//! waiting jobs while a slot is free (bound + prefilling ≤ slots), run one decode step
+//! for every bound sequence and one bounded prefill pass of the oldest admitted prompt
+//! (overlapped with `async_steps`), hand each sequence its logits row. A finished
+//! sequence's answer goes out at once; its last token is fed in one more step so the
+//! prefix cache holds the whole turn (prompt + answer), then the slot is free.
+
+mod prefill;
+
+use crate::error::ApiError;
+use crate::generation::{Delta, Finish, Generation, Step};
+use crate::metrics::Metrics;
+use crate::params::GenParams;
+use crate::prompt::PromptIndex;
+use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
+use pn_engine::slots::slot_ladder;
+use pn_engine::state::kv::{self, StateConfig};
+use pn_engine::tokenizer::{DecodeOptions, Tokenizer};
+use pn_engine::{Runner, SeqState, SlotHandle, Slots};
+use prefill::PrefillTask;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// A loaded model and how to serve it.
+pub struct ModelSpec {
+    /// The id clients name in `model`.
+    pub id: String,
+    /// What the ready line shows.
+    pub name: String,
+    pub runner: Runner,
+    pub tokenizer: Tokenizer,
+    pub state: StateConfig,
+    /// Slots wanted (the memory ladder may give fewer).
+    pub slots: usize,
+    pub cache: PrefixCacheConfig,
+    /// Prefill pass size (divides the cache interval).
+    pub prefill_chunk: usize,
+    /// Run decode steps on the slots' worker thread, overlapping the next prefill pass
+    /// (off by default: on a 2-core CPU both compete for the same cores and the overlap
+    /// measured slower than running them one after the other).
+    pub async_steps: bool,
+}
+
+/// What the HTTP side knows of the loaded model.
+pub struct ModelInfo {
+    pub id: String,
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    pub n_ctx: usize,
+    pub ring: bool,
+    pub n_slots: usize,
+    pub created: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt: usize,
+    pub completion: usize,
+    pub cached: usize,
+}
+
+pub enum Event {
+    Delta(Delta),
+    Done { finish: Finish, usage: Usage },
+    Error(ApiError),
+}
+
+pub struct Job {
+    pub id: String,
+    pub tokens: Vec<u32>,
+    /// The prompt's text, when it has one (remembered in the [`PromptIndex`]).
+    pub text: Option<String>,
+    pub params: GenParams,
+    /// (the model writes `<think>` blocks, the prompt opened one)
+    pub reasoning: (bool, bool),
+    pub events: UnboundedSender<Event>,
+    pub arrived: Instant,
+    pub deadline: Option<Instant>,
+}
+
+pub enum Msg {
+    Job(Box<Job>),
+    /// End every generation now (the shutdown grace period is over).
+    CancelAll,
+}
+
+/// One slot's row in `GET /slots`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SlotView {
+    pub slot: usize,
+    /// idle, prefilling, generating or finishing (feeding the last token to the cache)
+    pub state: &'static str,
+    pub request: Option<String>,
+    pub prompt_tokens: usize,
+    pub cached_tokens: usize,
+    /// Prompt tokens still to prefill.
+    pub prefill_remaining: usize,
+    pub generated: usize,
+    pub max_tokens: Option<usize>,
+}
+
+/// State shared with the HTTP side.
+#[derive(Default)]
+pub struct Shared {
+    pub metrics: Metrics,
+    pub index: PromptIndex,
+    pub slots: Mutex<Vec<SlotView>>,
+    pub info: std::sync::OnceLock<Arc<ModelInfo>>,
+}
+
+/// A request between admission and its end.
+struct Seq {
+    job: Box<Job>,
+    gen: Generation,
+    /// Tokens in the sequence's state: the prompt, then each generated token once fed.
+    fed: Vec<u32>,
+    prompt_len: usize,
+    cached: usize,
+    last_token: Instant,
+}
+
+struct Live {
+    seq: Seq,
+    h: SlotHandle,
+    next: u32,
+    /// The answer is complete (how it ended): this step feeds its last token, then the
+    /// slot is freed and the client told (so its next turn finds the cached answer).
+    finishing: Option<Finish>,
+}
+
+struct Engine {
+    runner: Arc<Runner>,
+    tok: Arc<Tokenizer>,
+    slots: Slots,
+    cache: PrefixCache,
+    state_cfg: StateConfig,
+    chunk: usize,
+    async_steps: bool,
+    spare: Vec<SeqState>,
+    waiting: VecDeque<Box<Job>>,
+    prefilling: VecDeque<(Seq, PrefillTask)>,
+    live: Vec<Live>,
+    shared: Arc<Shared>,
+    closed: bool,
+}
+
+/// Build the engine for `spec` (memory ladders: KV format, then slots) and publish the
+/// model's info; returns the engine and the notes the ladders printed.
+fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<String>)> {
+    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps } = spec;
+    let iv = cache.interval;
+    if prefill_chunk == 0 || (iv > 0 && !iv.is_multiple_of(prefill_chunk)) {
+        anyhow::bail!("--prefill-chunk: expected a divisor of the prefix-cache interval {iv}, found {prefill_chunk}");
+    }
+    let mut notes = Vec::new();
+    let avail = kv::mem_available();
+    let (kv_ty, note) = kv::choose_kv(runner.model(), state.max_seq, state.kv, avail)?;
+    state.kv = kv_ty;
+    notes.extend(note);
+    let arenas: u64 = runner.memory_reservation()?.iter().map(|(_, b)| *b as u64).sum();
+    let (n_slots, note) = slot_ladder(runner.model(), &state, slots, arenas + cache.budget_bytes as u64, avail)?;
+    notes.extend(note);
+    let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let tok = Arc::new(tokenizer);
+    let info = ModelInfo { id, name, tokenizer: tok.clone(), n_ctx: state.max_seq, ring: state.overflow == pn_ops::Overflow::Ring, n_slots, created };
+    shared.metrics.n_slots.store(n_slots as u64, Ordering::Relaxed);
+    let _ = shared.info.set(Arc::new(info));
+    let e = Engine {
+        runner: Arc::new(runner),
+        tok,
+        slots: Slots::new(n_slots),
+        cache: PrefixCache::new(cache),
+        state_cfg: state,
+        chunk: prefill_chunk,
+        async_steps,
+        spare: Vec::new(),
+        waiting: VecDeque::new(),
+        prefilling: VecDeque::new(),
+        live: Vec::new(),
+        shared,
+        closed: false,
+    };
+    e.publish();
+    Ok((e, notes))
+}
+
+/// Load (`load` runs on the engine thread, so `/health` answers 503 meanwhile), then run
+/// the loop until every sender of `rx` is gone and the work is done. `ready` is told
+/// the outcome of the load (the notes of the memory ladders, or the error).
+pub fn run(load: impl FnOnce() -> anyhow::Result<ModelSpec>, rx: Receiver<Msg>, shared: Arc<Shared>, ready: impl FnOnce(anyhow::Result<Vec<String>>)) {
+    let built = load().and_then(|spec| build(spec, shared));
+    match built {
+        Ok((mut e, notes)) => {
+            ready(Ok(notes));
+            e.run(rx);
+        }
+        Err(err) => ready(Err(err)),
+    }
+}
+
+impl Engine {
+    fn idle(&self) -> bool {
+        self.waiting.is_empty() && self.prefilling.is_empty() && self.live.is_empty()
+    }
+
+    fn run(&mut self, rx: Receiver<Msg>) {
+        loop {
+            if self.idle() {
+                if self.closed {
+                    return;
+                }
+                match rx.recv() {
+                    Ok(m) => self.take(m),
+                    Err(_) => return,
+                }
+            }
+            loop {
+                match rx.try_recv() {
+                    Ok(m) => self.take(m),
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        self.closed = true;
+                        break;
+                    }
+                }
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.iterate();
+            self.publish();
+        }
+    }
+
+    fn take(&mut self, m: Msg) {
+        match m {
+            Msg::Job(j) => self.waiting.push_back(j),
+            Msg::CancelAll => {
+                let err = || Event::Error(ApiError::unavailable("the server is shutting down: the generation was ended"));
+                for j in self.waiting.drain(..) {
+                    let _ = j.events.send(err());
+                    self.shared.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+                }
+                for (s, t) in std::mem::take(&mut self.prefilling) {
+                    let _ = s.job.events.send(err());
+                    self.spare.push(t.st);
+                }
+                for l in std::mem::take(&mut self.live) {
+                    match l.finishing {
+                        Some(f) => self.finish(l, f),
+                        None => {
+                            let _ = l.seq.job.events.send(err());
+                            self.release(l.h);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a job is over before its end: its client went away or its deadline passed
+    /// (then it is told, with what the generation held back).
+    fn expired(job: &Job, gen: Option<&mut Generation>, usage: Usage) -> bool {
+        if job.events.is_closed() {
+            return true;
+        }
+        if job.deadline.is_some_and(|d| Instant::now() >= d) {
+            if let Some(g) = gen {
+                let d = g.end_text();
+                if !d.is_empty() {
+                    let _ = job.events.send(Event::Delta(d));
+                }
+            }
+            let _ = job.events.send(Event::Done { finish: Finish::Timeout, usage });
+            return true;
+        }
+        false
+    }
+
+    fn drop_cancelled(&mut self) {
+        let shared = self.shared.clone();
+        let m = &shared.metrics;
+        let before = self.waiting.len();
+        self.waiting.retain(|j| !Engine::expired(j, None, Usage { prompt: j.tokens.len(), ..Usage::default() }));
+        let gone = (before - self.waiting.len()) as u64;
+        m.queue_depth.fetch_sub(gone, Ordering::Relaxed);
+        m.cancelled.fetch_add(gone, Ordering::Relaxed);
+        for (mut s, t) in std::mem::take(&mut self.prefilling) {
+            let u = s.usage();
+            if Engine::expired(&s.job, Some(&mut s.gen), u) {
+                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.spare.push(t.st);
+            } else {
+                self.prefilling.push_back((s, t));
+            }
+        }
+        for mut l in std::mem::take(&mut self.live) {
+            let u = l.seq.usage();
+            if l.finishing.is_none() && Engine::expired(&l.seq.job, Some(&mut l.seq.gen), u) {
+                m.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.release(l.h);
+            } else {
+                self.live.push(l);
+            }
+        }
+    }
+
+    /// Unbind a slot and keep its state for the next sequence.
+    fn release(&mut self, h: SlotHandle) {
+        if let Ok(st) = self.slots.unbind(h) {
+            self.spare.push(st);
+        }
+    }
+
+    /// Start prefills while slots are free.
+    fn admit(&mut self) {
+        while self.live.len() + self.prefilling.len() < self.slots.n_slots() {
+            let Some(job) = self.waiting.pop_front() else { break };
+            self.shared.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
+            let st = match self.spare.pop() {
+                Some(s) => s,
+                None => match self.runner.alloc_state_within(&self.state_cfg, None) {
+                    Ok((s, _)) => s,
+                    Err(e) => {
+                        let _ = job.events.send(Event::Error(ApiError::internal(format!("cannot allocate a sequence state: {e}"))));
+                        continue;
+                    }
+                },
+            };
+            let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
+            let room = if ring { usize::MAX } else { self.state_cfg.max_seq.saturating_sub(job.tokens.len()) };
+            let gen = match Generation::new(job.params.clone(), &job.tokens, room, job.reasoning.0, job.reasoning.1) {
+                Ok(g) => g,
+                Err(e) => {
+                    let _ = job.events.send(Event::Error(ApiError::invalid("stop", e)));
+                    self.spare.push(st);
+                    continue;
+                }
+            };
+            let task = PrefillTask::start(&mut self.cache, &self.runner, st, job.tokens.clone(), self.chunk);
+            let m = &self.shared.metrics;
+            m.prompt_tokens.fetch_add(job.tokens.len() as u64, Ordering::Relaxed);
+            m.cached_tokens.fetch_add(task.reused as u64, Ordering::Relaxed);
+            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now() };
+            self.prefilling.push_back((seq, task));
+        }
+    }
+
+    /// One decode step for the bound sequences and one prefill pass: while the step runs
+    /// with async steps, after it otherwise (a prefill that completes binds its sequence
+    /// for the next step).
+    fn iterate(&mut self) {
+        let stepping = std::mem::take(&mut self.live);
+        let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
+        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, self.async_steps).map(|_| true) };
+        self.prefill_chunk();
+        let res = match launched {
+            Ok(true) => self.slots.step_wait(),
+            Ok(false) => return,
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(logits) => {
+                for (row, l) in stepping.into_iter().enumerate() {
+                    if let Some(l) = self.after_step(l, logits.row(row)) {
+                        self.live.push(l);
+                    }
+                }
+            }
+            Err(e) => self.fail(stepping, &format!("decode step: {e}")),
+        }
+    }
+
+    /// A step failed: its sequences end with the error (their slots freed).
+    fn fail(&mut self, stepping: Vec<Live>, msg: &str) {
+        for l in stepping {
+            match l.finishing {
+                // the answer is complete: only its caching failed
+                Some(f) => self.finish(l, f),
+                None => {
+                    let _ = l.seq.job.events.send(Event::Error(ApiError::internal(msg.to_string())));
+                    self.release(l.h);
+                }
+            }
+        }
+    }
+
+    /// Evaluate one pass of the oldest prefill; a finished one samples its first token
+    /// and takes a slot.
+    fn prefill_chunk(&mut self) {
+        let Some((_, task)) = self.prefilling.front_mut() else { return };
+        if let Err(e) = task.step(&mut self.cache, &self.runner) {
+            let (s, t) = self.prefilling.pop_front().expect("front exists");
+            let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
+            self.spare.push(t.st);
+            return;
+        }
+        if !task.is_done() {
+            return;
+        }
+        let (mut seq, task) = self.prefilling.pop_front().expect("front exists");
+        let logits = task.logits.expect("done");
+        if let Some(text) = &seq.job.text {
+            self.shared.index.insert(text.clone(), task.tokens);
+        }
+        self.shared.metrics.observe_ttft(seq.job.arrived.elapsed());
+        let step = match seq.token(&self.tok, &logits, &self.shared.metrics) {
+            Some(s) => s,
+            None => {
+                self.spare.push(task.st);
+                return;
+            }
+        };
+        match self.slots.bind(task.st) {
+            Ok(h) => {
+                let l = Live { seq, h, next: step.token, finishing: None };
+                if let Some(l) = self.settle(l, step) {
+                    self.live.push(l);
+                }
+            }
+            Err(e) => {
+                let _ = seq.job.events.send(Event::Error(ApiError::internal(format!("binding a slot: {e}"))));
+            }
+        }
+    }
+
+    /// A bound sequence's row after a step.
+    fn after_step(&mut self, mut l: Live, row: &[f32]) -> Option<Live> {
+        l.seq.fed.push(l.next);
+        if let Some(f) = l.finishing {
+            self.finish(l, f);
+            return None;
+        }
+        // a client gone during the step: cancelled within one step
+        if l.seq.job.events.is_closed() {
+            self.shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.release(l.h);
+            return None;
+        }
+        self.shared.metrics.observe_inter_token(l.seq.last_token.elapsed());
+        match l.seq.token(&self.tok, row, &self.shared.metrics) {
+            Some(step) => self.settle(l, step),
+            None => {
+                self.release(l.h);
+                None
+            }
+        }
+    }
+
+    /// After a sampled token: keep generating, or finish (feeding the last token first
+    /// when it belongs in the cached turn and fits).
+    fn settle(&mut self, mut l: Live, step: Step) -> Option<Live> {
+        l.next = step.token;
+        let Some(finish) = step.finish else { return Some(l) };
+        let fits = self.slots.state(l.h).is_ok_and(|st| st.fits(1));
+        if step.feed && fits {
+            l.finishing = Some(finish);
+            return Some(l);
+        }
+        self.finish(l, finish);
+        None
+    }
+
+    /// The turn is over: snapshot prompt + answer into the prefix cache (and remember its
+    /// text), free the slot, tell the client.
+    fn finish(&mut self, l: Live, finish: Finish) {
+        if let Ok(st) = self.slots.unbind(l.h) {
+            if st.pos == l.seq.fed.len() {
+                self.cache.insert_state(&l.seq.fed, &st);
+                if let Some(text) = &l.seq.job.text {
+                    let answer = self.tok.decode_with(&l.seq.fed[l.seq.prompt_len..], DecodeOptions { special: true });
+                    self.shared.index.insert(format!("{text}{answer}"), l.seq.fed.clone());
+                }
+            }
+            self.spare.push(st);
+        }
+        let _ = l.seq.job.events.send(Event::Done { finish, usage: l.seq.usage() });
+    }
+
+    /// Publish what each slot does (GET /slots) and the busy-slot gauge.
+    fn publish(&self) {
+        let n = self.slots.n_slots();
+        let mut v: Vec<SlotView> = (0..n)
+            .map(|slot| SlotView { slot, state: "idle", request: None, prompt_tokens: 0, cached_tokens: 0, prefill_remaining: 0, generated: 0, max_tokens: None })
+            .collect();
+        let fill = |v: &mut SlotView, s: &Seq, state: &'static str, remaining: usize| {
+            *v = SlotView {
+                slot: v.slot,
+                state,
+                request: Some(s.job.id.clone()),
+                prompt_tokens: s.prompt_len,
+                cached_tokens: s.cached,
+                prefill_remaining: remaining,
+                generated: s.gen.generated.len(),
+                max_tokens: s.job.params.max_tokens,
+            };
+        };
+        for l in &self.live {
+            if let Some(v) = v.get_mut(l.h.slot()) {
+                fill(v, &l.seq, if l.finishing.is_some() { "finishing" } else { "generating" }, 0);
+            }
+        }
+        // prefills hold the free slots they will take
+        let mut free = (0..n).filter(|&i| !self.live.iter().any(|l| l.h.slot() == i));
+        for (s, t) in &self.prefilling {
+            if let Some(i) = free.next() {
+                fill(&mut v[i], s, "prefilling", t.remaining());
+            }
+        }
+        let busy = self.live.len() + self.prefilling.len();
+        self.shared.metrics.busy_slots.store(busy as u64, Ordering::Relaxed);
+        *self.shared.slots.lock().unwrap_or_else(|e| e.into_inner()) = v;
+    }
+}
+
+impl Seq {
+    fn usage(&self) -> Usage {
+        Usage { prompt: self.prompt_len, completion: self.gen.generated.len(), cached: self.cached }
+    }
+
+    /// Sample from `row` and send what it adds; None when the sequence ended with an error.
+    fn token(&mut self, tok: &Tokenizer, row: &[f32], m: &Metrics) -> Option<Step> {
+        if let Some(bad) = row.iter().position(|x| !x.is_finite()) {
+            let msg = format!("the model produced a non-finite logit (token {bad}: {}); the weights may contain NaN/Inf", row[bad]);
+            let _ = self.job.events.send(Event::Error(ApiError::internal(msg)));
+            return None;
+        }
+        let before = self.gen.generated.len();
+        let mut step = self.gen.next(tok, row);
+        self.last_token = Instant::now();
+        m.record_generated((self.gen.generated.len() - before) as u64);
+        if !step.delta.is_empty() {
+            let _ = self.job.events.send(Event::Delta(std::mem::take(&mut step.delta)));
+        }
+        Some(step)
+    }
+}
