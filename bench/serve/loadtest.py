@@ -67,7 +67,7 @@ def client_loop(args, auth, cid, stop_at, budget, rng):
     hang_up = args.faults and cid % 10 in (1, 4, 7)  # 30 % of the clients (not the first)
     while time.monotonic() < stop_at and budget.take():
         body = {"messages": [{"role": "user", "content": rng.choice(PROMPTS)}], "max_tokens": args.max_tokens,
-                "temperature": 0.8, "seed": rng.randrange(1 << 30), "ignore_eos": args.server == "pn"}
+                "temperature": 0.8, "seed": rng.randrange(1 << 30), "ignore_eos": True}
         cut = rng.randint(1, max(1, args.max_tokens - 1)) if hang_up else None
         out.append(sse.stream_chat(args.url, body, auth, disconnect_after=cut))
     return out

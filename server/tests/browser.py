@@ -35,8 +35,8 @@ def slots():
 def wait(driver, what, cond, timeout=60):
     try:
         return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda d: cond(d))
-    except Exception:
-        check(False, what)
+    except Exception as e:
+        check(False, f"{what} ({type(e).__name__}; last answer: {last(driver, '.msg.assistant')!r})")
 
 
 # Counts changes of the last assistant answer's text (each SSE delta is one DOM update).
@@ -51,6 +51,12 @@ new MutationObserver(() => {
 """
 
 
+def last(driver, css):
+    """Text of the last element matching css ("" when there is none yet)."""
+    els = driver.find_elements(By.CSS_SELECTOR, css)
+    return els[-1].text if els else ""
+
+
 def set_field(driver, el_id, value):
     el = driver.find_element(By.ID, el_id)
     driver.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('change'))", el, value)
@@ -62,7 +68,7 @@ def main():
     opts.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for f in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
               "--disable-background-networking", "--disable-component-update", "--disable-sync",
-              "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1200,800"]:
+              "--disable-dev-shm-usage", f"--user-data-dir={profile}", "--window-size=1200,900"]:
         opts.add_argument(f)
     service = Service(shutil.which("chromedriver") or "/usr/bin/chromedriver")
     driver = webdriver.Chrome(service=service, options=opts)
@@ -89,8 +95,7 @@ def run(driver):
           "Shift+Enter adds a line and sends nothing")
     box.send_keys("    # return the n-th Fibonacci number")
     box.send_keys(Keys.ENTER)
-    wait(driver, "the answer finishes (stats line shown)",
-         lambda d: "tokens/s" in (d.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats") or [None])[-1].text, 120)
+    wait(driver, "the answer finishes (stats line shown)", lambda d: "tokens/s" in last(d, ".msg.assistant .stats"), 120)
     updates = driver.execute_script("return window.__updates")
     non_empty = [u for u in updates if u]
     check(len(non_empty) >= 3, f"streamed text arrived in {len(non_empty)} DOM updates (>= 3)")
@@ -116,9 +121,11 @@ def run(driver):
     # 3. a long answer, stopped mid-way: the slot is freed
     driver.find_element(By.ID, "new-chat").click()
     set_field(driver, "max-tokens", "1500")
-    box.send_keys("class Matrix:", Keys.ENTER)
-    wait(driver, "a long answer starts streaming",
-         lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")[-1].text) > 20, 60)
+    # the first prompt again: greedy, it runs past 96 tokens (above)
+    box.send_keys("def fibonacci(n):")
+    box.send_keys(Keys.SHIFT, Keys.ENTER)  # Shift stays down to the end of one send_keys
+    box.send_keys("    # return the n-th Fibonacci number", Keys.ENTER)
+    wait(driver, "a long answer starts streaming", lambda d: len(last(d, ".msg.assistant .body")) > 20, 60)
     busy = [s for s in slots()["slots"] if s["state"] != "idle"]
     check(len(busy) == 1, f"one slot busy while streaming ({[s['state'] for s in slots()['slots']]})")
     driver.find_element(By.ID, "stop").click()
@@ -129,15 +136,17 @@ def run(driver):
     stopped = driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats")[-1].text
     check("stopped" in stopped, f"the answer is marked stopped: {stopped!r}")
 
-    # 4. reload: both conversations are in the list, the first one opens with its answer
+    # 4. reload: both conversations are listed (newest first); the stopped one is open with
+    # its partial answer, the first one opens with both answers
+    stopped_text = last(driver, ".msg.assistant .body")
     driver.refresh()
-    titles = [li.text for li in driver.find_elements(By.CSS_SELECTOR, "#conversations li")]
-    check(len(titles) == 2 and any(t.startswith("def fibonacci") for t in titles), f"conversations after reload: {titles}")
-    li = [li for li in driver.find_elements(By.CSS_SELECTOR, "#conversations li") if li.text.startswith("def fibonacci")][0]
-    li.click()
+    items = driver.find_elements(By.CSS_SELECTOR, "#conversations li")
+    titles = [li.text for li in items]
+    check(len(titles) == 2 and all("# return" in t for t in titles), f"conversations after reload: {titles}")
+    check(last(driver, ".msg.assistant .body") == stopped_text and len(stopped_text) > 20, "the stopped answer is kept as far as it got")
+    items[1].click()
     bodies = [b.text for b in driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")]
-    check(len(bodies) == 2 and bodies[0] == first_text, "the reloaded conversation holds its answers")
-
+    check(len(bodies) == 2 and bodies[0] == first_text, "the first conversation holds its two answers")
 
 if __name__ == "__main__":
     main()
