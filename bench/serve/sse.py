@@ -108,8 +108,9 @@ def get(url, path, headers=None, timeout=30):
         conn.close()
 
 
-def metric(url, name, headers=None):
-    """Sum of a Prometheus metric's samples (all label sets) from GET /metrics."""
+def metric(url, name, headers=None, default=None):
+    """Sum of a Prometheus metric's samples (all label sets) from GET /metrics; `default`
+    when it has none yet (a labelled counter before its first sample)."""
     status, body = get(url, "/metrics", headers)
     if status != 200:
         raise RuntimeError(f"/metrics: HTTP {status}")
@@ -118,6 +119,8 @@ def metric(url, name, headers=None):
         if line.startswith(name) and (len(line) == len(name) or line[len(name)] in " {"):
             total += float(line.rsplit(" ", 1)[1])
             seen = True
+    if not seen and default is not None:
+        return default
     if not seen:
         raise RuntimeError(f"/metrics has no {name}")
     return total

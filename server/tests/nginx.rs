@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 struct Nginx(Child, std::path::PathBuf);
 impl Drop for Nginx {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // SIGTERM: the master stops its workers (SIGKILL would orphan them)
+        let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
         let _ = self.0.wait();
         let _ = std::fs::remove_dir_all(&self.1);
     }
@@ -51,8 +52,8 @@ fn two_replicas_behind_nginx() {
         .arg("-c")
         .arg(dir.join("nginx.conf"))
         .args(["-g", "daemon off;"])
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::inherit())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .expect("nginx starts");
     let _guard = Nginx(child, dir.clone());

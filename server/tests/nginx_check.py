@@ -22,11 +22,11 @@ def check(cond, what):
 
 
 def requests_on(url):
-    return sse.metric(url, "pn_requests_total")
+    return sse.metric(url, "pn_requests_total", default=0.0)
 
 
 def hits_on(url):
-    return sse.metric(url, "pn_prompt_cache_hit_tokens_total")
+    return sse.metric(url, "pn_prompt_cache_hit_tokens_total", default=0.0)
 
 
 def main():
@@ -34,7 +34,7 @@ def main():
     check(status == 200 and b"ok" in body, f"/health through nginx: {status} {body!r}")
 
     before = [requests_on(u) for u in REPLICAS]
-    body = {"messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 24, "temperature": 0.8}
+    body = {"messages": [{"role": "user", "content": "def add(a, b):"}], "max_tokens": 24, "temperature": 0.8, "ignore_eos": True}
     with ThreadPoolExecutor(32) as ex:
         results = list(ex.map(lambda i: sse.stream_chat(LB, dict(body, seed=i)), range(32)))
     errors = [r.error for r in results if r.error]
@@ -47,11 +47,11 @@ def main():
     for k in range(6):
         sid = {"x-session-id": f"conversation-{k}"}
         msgs = [{"role": "user", "content": f"def f{k}(x):"}]
-        t1 = sse.stream_chat(LB, {"messages": msgs, "max_tokens": 16, "temperature": 0}, sid)
+        t1 = sse.stream_chat(LB, {"messages": msgs, "max_tokens": 16, "temperature": 0, "ignore_eos": True}, sid)
         check(t1.error is None, f"session {k} turn 1: {t1.error}")
         hits0 = [hits_on(u) for u in REPLICAS]
         msgs += [{"role": "assistant", "content": t1.text}, {"role": "user", "content": "Shorter, please."}]
-        t2 = sse.stream_chat(LB, {"messages": msgs, "max_tokens": 16, "temperature": 0}, sid)
+        t2 = sse.stream_chat(LB, {"messages": msgs, "max_tokens": 16, "temperature": 0, "ignore_eos": True}, sid)
         check(t2.error is None, f"session {k} turn 2: {t2.error}")
         cached = t2.usage["prompt_tokens_details"]["cached_tokens"]
         gained = [hits_on(u) - h for u, h in zip(REPLICAS, hits0)]
