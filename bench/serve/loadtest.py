@@ -144,6 +144,7 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--server", choices=["pn", "llama"], default="pn")
     ap.add_argument("--json", default="")
+    ap.add_argument("--rss-tolerance", type=float, default=5, help="percent: RSS at the end vs after warm-up")
     args = ap.parse_args()
     args.url = args.url.rstrip("/")
     if not args.url.startswith(("http://127.0.0.1", "http://localhost")):
@@ -188,8 +189,8 @@ def main():
         fails.append(f"warm-up: {warm['errors']} errors {warm['error_samples']}")
     if busy != 0:
         fails.append(f"busy slots at the end: {busy}")
-    if rss_warm and rss_end and abs(rss_end - rss_warm) > 0.05 * rss_warm:
-        fails.append(f"RSS at the end {mib(rss_end)} MiB vs {mib(rss_warm)} MiB after warm-up (> 5 %)")
+    if rss_warm and rss_end and abs(rss_end - rss_warm) > args.rss_tolerance / 100 * rss_warm:
+        fails.append(f"RSS at the end {mib(rss_end)} MiB vs {mib(rss_warm)} MiB after warm-up (> {args.rss_tolerance:g} %)")
     if after:
         fails.append(f"a request after the run: {after}")
     report["failures"] = fails
