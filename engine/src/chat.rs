@@ -106,7 +106,9 @@ pub fn render_chat(
 }
 
 /// Renders with the tokenizer's template (ChatML when the GGUF has none) and its
-/// BOS/EOS texts.
+/// BOS/EOS texts. When the tokenizer adds BOS itself, a BOS the template writes first
+/// (Llama 3, Mistral) is dropped, as llama.cpp's `common_chat_templates_apply` does, so
+/// the prompt starts with one BOS.
 pub fn render_for(
     tok: &Tokenizer,
     messages: &[ChatMessage],
@@ -114,11 +116,10 @@ pub fn render_for(
 ) -> Result<String, ChatError> {
     let text = |id: Option<u32>| id.and_then(|i| tok.token_text(i)).unwrap_or("").to_string();
     let template = tok.chat_template().unwrap_or(CHATML_TEMPLATE);
-    render_chat(
-        template,
-        messages,
-        add_generation_prompt,
-        &text(tok.bos()),
-        &text(tok.eos()),
-    )
+    let bos = text(tok.bos());
+    let out = render_chat(template, messages, add_generation_prompt, &bos, &text(tok.eos()))?;
+    match out.strip_prefix(bos.as_str()) {
+        Some(rest) if tok.add_bos() && !bos.is_empty() => Ok(rest.to_string()),
+        _ => Ok(out),
+    }
 }

@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn earliest_match_wins_then_longest() {
-        assert_eq!(run(&["bc", "abcd"], &["xabcd"]), ("xa".into(), Some("bc".into())));
+        assert_eq!(run(&["bc", "abcd"], &["xabcd"]), ("x".into(), Some("abcd".into())));
         assert_eq!(run(&["ab", "abc"], &["zabc"]), ("z".into(), Some("abc".into())));
     }
 

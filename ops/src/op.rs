@@ -46,6 +46,8 @@ pub enum BinaryOp {
 /// Rotary embedding flavours.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum RopeMode {
+    /// adjacent pairs (2i, 2i + 1): ggml's "normal" mode (Llama)
+    Normal,
     /// pairs (i, i + n_rot/2)
     Neox,
     /// interleaved multi-section RoPE (qwen3.5): NEOX pairing, the position of pair `i`
@@ -73,8 +75,9 @@ pub enum Op {
     /// y = x / sqrt(Σx² + eps) over each `ne0` row (the Gated-DeltaNet form, spec §4.4.3).
     L2Norm { eps: f32 },
     /// Rotary embedding of the first `n_rot` dims of each head: (x f32 [D, H, T],
-    /// pos i32 [T]) -> f32 [D, H, T]; theta_i = p · freq_scale · base^(−2i/n_rot), built
-    /// iteratively in f32 as ggml does.
+    /// pos i32 [T], optional freq factors f32 [n_rot/2]) -> f32 [D, H, T];
+    /// theta_i = freq_scale · (p · base^(−2i/n_rot)) / factor_i, the power built
+    /// iteratively in f32 as ggml does (factors: `rope_freqs.weight`, llama3 scaling).
     Rope { n_rot: usize, mode: RopeMode, freq_base: f32, freq_scale: f32 },
     /// Causal GQA attention over the layer's KV cache (`state` = layer index):
     /// (q f32 [D, H, T], k f32 [D, Hkv, T], v f32 [D, Hkv, T], pos i32 [T]) -> f32 [D·H, T].
@@ -222,7 +225,15 @@ impl Op {
                 Ok(ins[0])
             }
             Op::Rope { n_rot, .. } => {
-                arity(2)?;
+                if ins.len() != 2 && ins.len() != 3 {
+                    return Err(shape_err(k, "2 inputs (x, pos) or 3 (x, pos, freq factors)", ins.len()));
+                }
+                if let Some(f) = ins.get(2) {
+                    let f32ish = matches!(f.dtype, DType::F32 | DType::Weight(crate::GgmlType::F32));
+                    if !f32ish || f.shape.numel() != n_rot / 2 {
+                        return Err(shape_err(k, format!("freq factors f32 [{}]", n_rot / 2), f));
+                    }
+                }
                 want_f32(k, "x", &ins[0])?;
                 let [d, _h, t, _] = ins[0].shape.0;
                 if *n_rot > d || n_rot % 2 != 0 {

@@ -156,3 +156,42 @@ fn imrope_extra_section_uses_position_zero() {
     };
     assert!(run(&op, &[Value::Act(&x), Value::Act(&p)]).is_err());
 }
+
+fn rope_ff(mode: RopeMode, n_rot: usize, x: &Tensor, pos: &[i32], ff: &[f32]) -> Vec<f32> {
+    let p = Tensor::i32(Shape::d1(pos.len()), pos.to_vec());
+    let f = Tensor::f32(Shape::d1(ff.len()), ff.to_vec());
+    let op = Op::Rope { n_rot, mode, freq_base: 5e5, freq_scale: 1.0 };
+    run(&op, &[Value::Act(x), Value::Act(&p), Value::Act(&f)]).unwrap().into_f32()
+}
+
+#[test]
+fn normal_mode_rotates_adjacent_pairs_with_freq_factors() {
+    // closed form in f64: pair i = (2i, 2i+1), θ_i = p · base^(−2i/n) / ff_i
+    let (d, n_rot, p) = (48, 32, 77);
+    let xs = data(d, 21);
+    let x = Tensor::f32(Shape::d3(d, 1, 1), xs.clone());
+    let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + (i % 5) as f32 * 1.5).collect();
+    for (y, ff) in [(rope_ff(RopeMode::Normal, n_rot, &x, &[p], &ff), ff.clone()), (rope(RopeMode::Normal, n_rot, 5e5, 1.0, &x, &[p]), vec![1.0; n_rot / 2])] {
+        for i in 0..n_rot / 2 {
+            let th = p as f64 * 5e5f64.powf(-2.0 * i as f64 / n_rot as f64) / ff[i] as f64;
+            let (a, b) = (xs[2 * i] as f64, xs[2 * i + 1] as f64);
+            assert!((y[2 * i] as f64 - (a * th.cos() - b * th.sin())).abs() < 2e-3, "pair {i}");
+            assert!((y[2 * i + 1] as f64 - (a * th.sin() + b * th.cos())).abs() < 2e-3, "pair {i}");
+        }
+        assert_eq!(&y[n_rot..], &xs[n_rot..]);
+    }
+    // factors of 1 change nothing, in either pairing
+    for mode in [RopeMode::Normal, RopeMode::Neox] {
+        assert_eq!(rope_ff(mode, n_rot, &x, &[p], &[1.0; 16]), rope(mode, n_rot, 5e5, 1.0, &x, &[p]));
+    }
+}
+
+#[test]
+fn freq_factors_of_the_wrong_length_are_rejected() {
+    let x = Tensor::f32(Shape::d3(32, 1, 1), data(32, 3));
+    let p = Tensor::i32(Shape::d1(1), vec![1]);
+    let f = Tensor::f32(Shape::d1(8), vec![1.0; 8]);
+    let op = Op::Rope { n_rot: 32, mode: RopeMode::Normal, freq_base: 1e4, freq_scale: 1.0 };
+    let e = run(&op, &[Value::Act(&x), Value::Act(&p), Value::Act(&f)]).unwrap_err();
+    assert!(e.to_string().contains("freq factors"), "{e}");
+}

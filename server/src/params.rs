@@ -214,7 +214,7 @@ impl Request {
         let frequency_penalty = range_f("frequency_penalty", self.frequency_penalty, -2.0, 2.0, false)?.unwrap_or(0.0);
         let logit_bias = self.logit_bias(n_vocab)?;
         let logprobs = self.logprobs(ep)?;
-        let timeout = range_f("timeout", self.timeout, 0.0, 86_400.0, true)?.map(|s| Duration::from_secs_f32(s));
+        let timeout = range_f("timeout", self.timeout, 0.0, 86_400.0, true)?.map(Duration::from_secs_f32);
         Ok(GenParams {
             max_tokens: max_tokens.map(|m| m as usize),
             sampler: s,

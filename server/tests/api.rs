@@ -127,6 +127,13 @@ async fn stop_strings_are_never_emitted() {
         };
         assert_eq!((text.as_str(), finish.as_str()), (want, "stop"), "stop {stop:?}, stream {stream}");
     }
+    // logprobs cover the emitted text: every token before the stop string, and the one it starts in
+    let mut b = base.clone();
+    b["stop"] = json!(stop);
+    b["logprobs"] = json!(0);
+    let v = post(&s, "/v1/completions", &b).await.json();
+    let toks: String = v["choices"][0]["logprobs"]["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+    assert!(toks.starts_with(want) && toks.len() < want.len() + stop.len() + 16, "{toks:?} vs {want:?}");
 }
 
 #[tokio::test]

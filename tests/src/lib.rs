@@ -84,6 +84,18 @@ pub fn agreement(ours: &[Vec<f32>], theirs: &[Vec<f32>]) -> Agreement {
     Agreement { argmax: agree as f64 / n, mean_pearson: pr / n, max_abs }
 }
 
+/// `n` greedy tokens after `prompt` (one prefill, then one token per step).
+pub fn greedy(r: &Runner, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut st = r.new_state(prompt.len() + n + 16);
+    let mut next = pn_engine::sampler::argmax(r.forward(&mut st, prompt, false).expect("prefill").last()) as u32;
+    let mut got = vec![next];
+    while got.len() < n {
+        next = pn_engine::sampler::argmax(r.forward(&mut st, &[next], false).expect("decode").last()) as u32;
+        got.push(next);
+    }
+    got
+}
+
 /// Our logits for every position of `tokens`, in one batch.
 pub fn all_logits(r: &Runner, tokens: &[u32]) -> Vec<Vec<f32>> {
     let mut st = r.new_state(tokens.len().max(16));

@@ -22,15 +22,7 @@ fn f32_matches_llama_cpp_exactly() {
 #[test]
 fn f32_greedy_continuation_matches_llama_cpp() {
     let (prompt, expected) = greedy_oracle("tiny-f32.greedy.json");
-    let r = runner("tiny-f32.gguf", 2);
-    let mut st = r.new_state(128);
-    let mut next = pn_engine::sampler::argmax(r.forward(&mut st, &prompt, false).unwrap().last()) as u32;
-    let mut got = vec![next];
-    while got.len() < expected.len() {
-        next = pn_engine::sampler::argmax(r.forward(&mut st, &[next], false).unwrap().last()) as u32;
-        got.push(next);
-    }
-    assert_eq!(got, expected);
+    assert_eq!(greedy(&runner("tiny-f32.gguf", 2), &prompt, expected.len()), expected);
 }
 
 macro_rules! oracle_case {
@@ -77,12 +69,5 @@ fn default_model_greedy_continuation_matches_llama_cpp() {
     let (prompt, expected) = greedy_oracle("pn-default-code-q4_k_m.greedy.json");
     let g = std::sync::Arc::new(pn_engine::Gguf::open(&std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models/default/pn-default-code-q4_k_m.gguf")).unwrap());
     let r = pn_engine::Runner::new(pn_models::load(&g).unwrap(), g, std::sync::Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
-    let mut st = r.new_state(128);
-    let mut next = pn_engine::sampler::argmax(r.forward(&mut st, &prompt, false).unwrap().last()) as u32;
-    let mut got = vec![next];
-    while got.len() < expected.len() {
-        next = pn_engine::sampler::argmax(r.forward(&mut st, &[next], false).unwrap().last()) as u32;
-        got.push(next);
-    }
-    assert_eq!(got, expected, "32 greedy tokens of the trained model");
+    assert_eq!(greedy(&r, &prompt, expected.len()), expected, "32 greedy tokens of the trained model");
 }

@@ -111,6 +111,13 @@ fn sixteen_slots_equal_alone() {
 }
 
 #[test]
+fn slots_equal_alone_for_llama_qwen3_qwen2() {
+    for m in ["llama-tiny-f32.gguf", "llama-spm-tiny-f16.gguf", "qwen3-ktiny-q4_k_m.gguf", "qwen2-tiny-f32.gguf"] {
+        check_slots(m, 4, 6);
+    }
+}
+
+#[test]
 fn sixteen_slots_default_model() {
     let g = std::sync::Arc::new(pn_engine::Gguf::open(&fixture("../../models/default/pn-default-code-q4_k_m.gguf")).unwrap());
     let m = pn_models::load(&g).unwrap();

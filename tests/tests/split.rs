@@ -92,6 +92,13 @@ fn q4_k_m_split_at_every_layer_matches_one_die() {
 }
 
 #[test]
+fn llama_qwen3_qwen2_split_at_every_layer_match_one_die() {
+    for n in ["llama-tiny-f32", "qwen3-ktiny-q4_k_m", "qwen2-tiny-f32"] {
+        parity(&format!("{n}.gguf"), &format!("{n}.logits.json"));
+    }
+}
+
+#[test]
 fn every_fixture_plan_is_valid() {
     let dir = fixture("");
     let mut n = 0;

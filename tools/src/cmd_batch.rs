@@ -9,7 +9,7 @@
 //! sampler settings, seed `--seed` + index). Aggregate tokens/s go to stderr.
 
 use crate::load;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use pn_engine::async_step::async_enabled;
 use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
@@ -27,7 +27,8 @@ use std::time::Instant;
 pub struct BatchArgs {
     #[command(flatten)]
     opts: load::ModelOpts,
-    /// File with one prompt per line (empty lines are skipped; `\n` is not unescaped)
+    /// File with one prompt per line (`-` = stdin; empty lines are skipped; `\n` is not
+    /// unescaped)
     #[arg(long)]
     prompts_file: std::path::PathBuf,
     /// Tokens to generate per prompt
@@ -39,9 +40,8 @@ pub struct BatchArgs {
     slots: Option<usize>,
     #[command(flatten)]
     sampling: crate::sampling::SamplingOpts,
-    /// Context size per sequence (KV cache capacity). Default: $PN_MAX_SEQ, else 4096
-    #[arg(long)]
-    max_seq: Option<usize>,
+    #[command(flatten)]
+    ctx: load::ContextOpts,
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
@@ -83,6 +83,7 @@ struct Batch<'a> {
     results: Vec<Option<String>>,
     printed: usize,
     prefill_tokens: usize,
+    progress: indicatif::ProgressBar,
 }
 
 impl Batch<'_> {
@@ -130,13 +131,20 @@ impl Batch<'_> {
         });
         self.results[s.index] = Some(line.to_string());
         self.spare.push(st);
+        self.progress.inc(1);
+        self.print_ready()?;
+        Ok(None)
+    }
+
+    /// Print the finished lines that are next in input order.
+    fn print_ready(&mut self) -> Result<()> {
         let mut out = std::io::stdout().lock();
         while let Some(Some(l)) = self.results.get(self.printed) {
-            writeln!(out, "{l}")?;
+            self.progress.suspend(|| writeln!(out, "{l}"))?;
             self.printed += 1;
         }
         out.flush()?;
-        Ok(None)
+        Ok(())
     }
 }
 
@@ -144,17 +152,13 @@ pub fn run(a: BatchArgs) -> Result<()> {
     if a.n == 0 {
         bail!("-n: expected at least 1 token to generate, found 0");
     }
-    let text = std::fs::read_to_string(&a.prompts_file).with_context(|| format!("--prompts-file: cannot read {}", a.prompts_file.display()))?;
+    let text = crate::output::read_text(&a.prompts_file, "--prompts-file")?;
     let prompts: Vec<String> = text.lines().map(|l| l.trim_end_matches('\r').to_string()).filter(|l| !l.trim().is_empty()).collect();
     if prompts.is_empty() {
         bail!("--prompts-file: expected at least one prompt (one per line), found none");
     }
-    let l = load::load(&a.opts)?;
-    let tok = load::tokenizer(&l)?;
-    let (is_default, name) = (l.is_default, l.name.clone());
-    let runner = Arc::new(l.runner);
-    let cfg = a.sampling.config(is_default)?;
-    let (max_seq, clamped) = kv::resolve_max_seq(a.max_seq)?;
+    let cfg = a.sampling.config(a.opts.model.is_none())?;
+    let (max_seq, clamped) = kv::resolve_max_seq(a.ctx.max_seq)?;
     if let Some(w) = clamped {
         eprintln!("{w}");
     }
@@ -163,13 +167,19 @@ pub fn run(a: BatchArgs) -> Result<()> {
     if a.no_prefix_cache {
         cache_cfg.budget_bytes = 0;
     }
+    let want = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
+    load::check(&a.opts)?;
+    let l = load::load(&a.opts)?;
+    let tok = load::tokenizer(&l)?;
+    let name = l.name.clone();
     // the memory ladder: KV format for one state, then the slot count
     let avail = kv::mem_available();
-    let (kv_ty, note) = kv::choose_kv(runner.model(), max_seq, state_cfg.kv, avail)?;
+    let (kv_ty, note) = kv::choose_kv(l.runner.model(), max_seq, state_cfg.kv, avail)?;
     state_cfg.kv = kv_ty;
     note.into_iter().for_each(|n| eprintln!("{n}"));
+    load::announce(&l, kv_ty, max_seq);
+    let runner = Arc::new(l.runner);
     let arenas: u64 = runner.memory_reservation()?.iter().map(|(_, b)| *b as u64).sum();
-    let want = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
     let (n_slots, note) = slot_ladder(runner.model(), &state_cfg, want, arenas + cache_cfg.budget_bytes as u64, avail)?;
     note.into_iter().for_each(|n| eprintln!("{n}"));
 
@@ -182,12 +192,20 @@ pub fn run(a: BatchArgs) -> Result<()> {
         })
         .collect();
     let ring = state_cfg.overflow == pn_ops::Overflow::Ring;
+    // a prompt that cannot run gets its own error line; the others go on
+    let mut results: Vec<Option<String>> = vec![None; prompts.len()];
+    let mut failed = 0;
     for (i, v) in ids.iter().enumerate() {
-        if v.is_empty() {
-            bail!("prompt {i}: the text tokenized to no tokens");
-        }
-        if !ring && v.len() >= max_seq {
-            bail!("prompt {i} has {} tokens but the context holds {max_seq} (raise --max-seq)", v.len());
+        let err = if v.is_empty() {
+            Some("the text tokenized to no tokens".to_string())
+        } else if !ring && v.len() >= max_seq {
+            Some(format!("the prompt has {} tokens but the context holds {max_seq} (raise --max-seq)", v.len()))
+        } else {
+            None
+        };
+        if let Some(e) = err {
+            results[i] = Some(serde_json::json!({"index": i, "prompt": prompts[i], "error": e}).to_string());
+            failed += 1;
         }
     }
     let asynchronous = async_enabled();
@@ -202,11 +220,14 @@ pub fn run(a: BatchArgs) -> Result<()> {
         ignore_eos: a.ignore_eos,
         n: a.n,
         spare: Vec::new(),
-        results: vec![None; prompts.len()],
         printed: 0,
         prefill_tokens: 0,
+        progress: crate::progress::bar(prompts.len() as u64, "batch", "prompts"),
+        results,
     };
-    let mut pending: VecDeque<usize> = (0..prompts.len()).collect();
+    b.progress.inc(failed as u64);
+    b.print_ready()?;
+    let mut pending: VecDeque<usize> = (0..prompts.len()).filter(|&i| b.results[i].is_none()).collect();
     let mut ready: VecDeque<Ready> = VecDeque::new();
     let mut slots = Slots::new(n_slots);
     let mut live: Vec<(SlotHandle, Seq, u32)> = Vec::new();
@@ -261,6 +282,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         }
         live = still;
     }
+    b.progress.finish_and_clear();
     let wall = t0.elapsed().as_secs_f64();
     let total_gen: usize = b.results.iter().flatten().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).map(|v| v["tokens"].as_u64().unwrap_or(0) as usize).sum();
     let ps = b.cache.stats;
@@ -274,5 +296,8 @@ pub fn run(a: BatchArgs) -> Result<()> {
         step_tokens as f64 / decode_s.max(1e-9),
         step_tokens as f64 / steps.max(1) as f64,
     );
+    if failed > 0 {
+        bail!("{failed} of {} prompts could not run (their lines hold the \"error\")", prompts.len());
+    }
     Ok(())
 }

@@ -38,20 +38,19 @@ pub fn run(a: DiffArgs) -> Result<()> {
     if rows.is_empty() {
         bail!("no tensor of {} has a reference in {} (expected files like attn_norm-0.npy)", l.name, a.against.display());
     }
-    println!("{:<36} {:>12} {:>12}  note", "tensor", "rel err", "max |Δ|");
+    let mut o = format!("{:<36} {:>12} {:>12}  note\n", "tensor", "rel err", "max |Δ|");
     for r in &rows {
         let rel = r.rel_err.map_or("-".into(), |e| format!("{e:.3e}"));
         let max = r.max_abs.map_or("-".into(), |e| format!("{e:.3e}"));
         let flag = if r.rel_err.is_none_or(|e| !(e <= a.tol)) { " !" } else { "" };
-        println!("{:<36} {rel:>12} {max:>12}{flag} {}", r.name, r.note);
+        o.push_str(&format!("{:<36} {rel:>12} {max:>12}{flag} {}\n", r.name, r.note));
     }
-    println!("compared {} tensors (tolerance {:e})", rows.len(), a.tol);
-    match first_divergence(&rows, a.tol) {
-        Some(r) => {
-            println!("first divergence: {}", r.name);
-            std::process::exit(2);
-        }
-        None => println!("no divergence"),
+    o.push_str(&format!("compared {} tensors (tolerance {:e})\n", rows.len(), a.tol));
+    let first = first_divergence(&rows, a.tol);
+    o.push_str(&first.map_or("no divergence\n".to_string(), |r| format!("first divergence: {}\n", r.name)));
+    crate::output::print(&mut std::io::stdout().lock(), &o)?;
+    if first.is_some() {
+        std::process::exit(2);
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `pn dump`: the model's graph as text, Graphviz DOT or JSON.
 
 use crate::load;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use pn_engine::dump;
 use pn_engine::Geometry;
@@ -58,6 +58,7 @@ pub fn run(a: DumpArgs) -> Result<()> {
     if a.tokens == 0 {
         bail!("--tokens: expected at least 1, found 0");
     }
+    let out = a.out.as_deref().map(|p| crate::output::OutFile::create(p, "--out")).transpose()?;
     let l = load::load(&a.opts)?;
     let layers = a.layers.as_deref().map(|s| parse_layers(s, l.runner.model().n_layer())).transpose()?;
     let geom = Geometry { n_tokens: a.tokens, all_logits: false };
@@ -84,9 +85,8 @@ pub fn run(a: DumpArgs) -> Result<()> {
     if let (Some(p), Fmt::Text) = (&plan, a.format) {
         text.push_str(&p.summary(&g));
     }
-    match &a.out {
-        Some(p) => std::fs::write(p, text).with_context(|| format!("cannot write {}", p.display()))?,
-        None => print!("{text}"),
+    match out {
+        Some(f) => f.commit(text.as_bytes()),
+        None => crate::output::print(&mut std::io::stdout().lock(), &text),
     }
-    Ok(())
 }

@@ -1,10 +1,9 @@
 //! `pn logits`: every position's logits as the oracle's JSON.
 
-use crate::load;
+use crate::{load, output};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use pn_engine::sampler::argmax;
-use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Args)]
@@ -19,9 +18,12 @@ pub struct LogitsArgs {
     /// Text to tokenize (special tokens parsed, BOS added if the model asks for it)
     #[arg(long)]
     prompt: Option<String>,
-    /// Output JSON file
+    /// Output JSON file (`-` = stdout)
     #[arg(long)]
     out: PathBuf,
+    /// Context size (default: the number of tokens; $PN_MAX_SEQ)
+    #[arg(long, short = 'c', visible_alias = "ctx-size")]
+    max_seq: Option<usize>,
     /// Only the last position's logits
     #[arg(long)]
     last: bool,
@@ -39,9 +41,21 @@ struct LogitsFile<'a> {
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
+    let given = match (&a.tokens, &a.prompt) {
+        (Some(t), _) => Some(load::parse_tokens(t)?),
+        (None, Some(p)) if p.is_empty() => bail!("--prompt: expected text, found an empty string"),
+        (None, Some(_)) => None,
+        (None, None) => bail!("expected --tokens or --prompt"),
+    };
+    // f32 KV unless asked otherwise: the oracle's default (llama_oracle.py --kv-type f32);
+    // checked here (the size again below, once the prompt's length is known)
+    let max_seq = |n: usize| a.max_seq.or_else(|| ["PN_MAX_SEQ", "QWEN35_MAX_SEQ"].iter().all(|k| std::env::var_os(k).is_none()).then_some(n.max(16)));
+    load::state_config(&a.opts, max_seq(16), Some(pn_ops::KvType::F32))?;
+    let mut rec = a.dump.recorder()?;
+    let out = output::OutFile::create(&a.out, "--out")?;
     let l = load::load(&a.opts)?;
-    let tokens = match (&a.tokens, &a.prompt) {
-        (Some(t), _) => load::parse_tokens(t)?,
+    let tokens = match (given, &a.prompt) {
+        (Some(t), _) => t,
         (None, Some(p)) => {
             let tok = load::tokenizer(&l)?;
             let mut ids = Vec::new();
@@ -54,16 +68,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             }
             ids
         }
-        (None, None) => bail!("expected --tokens or --prompt"),
+        (None, None) => unreachable!("checked above"),
     };
-    // f32 KV unless asked otherwise: the oracle's default (llama_oracle.py --kv-type f32)
-    let state_cfg = load::state_config(&a.opts, Some(tokens.len().max(16)), Some(pn_ops::KvType::F32))?;
-    let mut st = load::alloc_state(&l, &state_cfg)?;
-    let mut rec = a.dump.recorder()?;
-    let logits = match rec.as_mut() {
-        Some(r) => l.runner.forward_observed(&mut st, &tokens, !a.last, Some(&mut |n, t| r.record(n, t)))?,
-        None => l.runner.forward(&mut st, &tokens, !a.last)?,
-    };
+    let state_cfg = load::state_config(&a.opts, max_seq(tokens.len()), Some(pn_ops::KvType::F32))?;
+    let mut st = load::first_state(&l, &state_cfg)?;
+    let logits = crate::generate::prefill(&l.runner, &mut st, &tokens, !a.last, rec.as_mut())?;
     a.dump.finish(rec)?;
     let rows: Vec<&[f32]> = (0..logits.rows()).map(|i| logits.row(i)).collect();
     // a typed record: f32 logits are written in their shortest f32 form (not widened to f64)
@@ -75,11 +84,12 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         argmax: rows.iter().map(|r| argmax(r)).collect(),
         logits: rows,
     };
-    let mut f = std::fs::File::create(&a.out).with_context(|| format!("cannot create {}", a.out.display()))?;
-    serde_json::to_writer(&mut f, &json)?;
-    f.write_all(b"\n")?;
-    eprintln!("wrote {} × {} logits to {}", json.logits.len(), logits.n_vocab, a.out.display());
+    let mut bytes = serde_json::to_vec(&json)?;
+    bytes.push(b'\n');
+    let shown = if out.is_stdout() { "stdout".to_string() } else { out.path().display().to_string() };
+    out.commit(&bytes)?;
+    eprintln!("wrote {} × {} logits to {shown}", json.logits.len(), logits.n_vocab);
     // written as null in the JSON, but a failure: the caller expected numbers
-    load::finite(&logits.data).with_context(|| format!("{} (written as null)", a.out.display()))?;
+    load::finite(&logits.data).with_context(|| format!("{shown} (written as null)"))?;
     Ok(())
 }

@@ -1,13 +1,10 @@
 //! `pn run`: generate text, streamed token by token.
 
-use crate::load;
+use crate::generate::{self, Spec};
+use crate::{load, output, prompt};
 use anyhow::{bail, Result};
 use clap::Args;
 use pn_engine::sampler::Sampler;
-use pn_engine::tensor_dump::TensorRecorder;
-use pn_engine::tokenizer::StreamDecoder;
-use std::io::Write;
-use std::time::Instant;
 
 /// The prompt used when the built-in model runs without one.
 const DEFAULT_PROMPT: &str = "def fibonacci(n):";
@@ -18,45 +15,50 @@ pub struct RunArgs {
     opts: load::ModelOpts,
     #[command(flatten)]
     dump: crate::tensor_opts::DumpOpts,
-    /// Prompt text (special tokens such as <|im_start|> are parsed)
-    #[arg(long, short = 'p')]
-    prompt: Option<String>,
-    /// Tokens to generate
+    #[command(flatten)]
+    prompt: prompt::PromptOpts,
+    /// Tokens to generate (-1: until end of text or a full context; 0: only read the prompt)
     #[arg(short = 'n', long = "n-predict", default_value_t = 128, allow_negative_numbers = true)]
-    n: usize,
+    n: i64,
+    /// Stop when the text contains this (repeatable); it is not printed
+    #[arg(long = "stop", value_name = "STR", allow_hyphen_values = true)]
+    stop: Vec<String>,
     #[command(flatten)]
     sampling: crate::sampling::SamplingOpts,
-    /// Context size in tokens (KV cache capacity). Default: $PN_MAX_SEQ, $QWEN35_MAX_SEQ,
-    /// else 4096; clamped to [16, 262144]
-    #[arg(long)]
-    max_seq: Option<usize>,
+    #[command(flatten)]
+    ctx: load::ContextOpts,
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
 }
 
-/// One forward pass (last-token logits), observed by the tensor recorder when dumping.
-fn step(r: &pn_engine::Runner, st: &mut pn_engine::SeqState, ids: &[u32], rec: Option<&mut TensorRecorder>) -> Result<pn_engine::runner::Logits> {
-    Ok(match rec {
-        Some(rec) => r.forward_observed(st, ids, false, Some(&mut |n, t| rec.record(n, t)))?,
-        None => r.forward(st, ids, false)?,
-    })
+/// `-n`: -1 = no limit, otherwise a count ≥ 0.
+pub fn token_limit(n: i64, allow_zero: bool) -> Result<Option<usize>> {
+    match n {
+        -1 => Ok(None),
+        0 if !allow_zero => bail!("--n-predict (-n): expected at least 1 token, or -1 for no limit, found 0"),
+        n if n < -1 => bail!("--n-predict (-n): expected a token count ≥ 0, or -1 for no limit, found {n}"),
+        n => Ok(Some(n as usize)),
+    }
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    if a.n == 0 {
-        bail!("-n: expected at least 1 token to generate, found 0");
-    }
+    // every flag and the prompt first: nothing waits for the model to fail
+    let limit = token_limit(a.n, true)?;
+    let stops = prompt::stops(&a.stop, a.prompt.escape)?;
+    let is_default = a.opts.model.is_none();
+    let cfg = a.sampling.config(is_default)?;
+    let seed = cfg.seed;
+    let kv_cfg = load::state_config(&a.opts, a.ctx.max_seq, None)?;
+    let prompt = match (a.prompt.read()?, is_default) {
+        (Some((p, _)), _) => p,
+        (None, true) => DEFAULT_PROMPT.to_string(),
+        (None, false) => bail!("--prompt: expected a prompt for --model (-p TEXT, -f FILE or text on stdin; only the built-in model has a default prompt)"),
+    };
+    load::check(&a.opts)?;
+    let mut rec = a.dump.recorder()?;
     let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
-    let prompt = match (&a.prompt, l.is_default) {
-        (Some(p), _) => p.clone(),
-        (None, true) => DEFAULT_PROMPT.to_string(),
-        (None, false) => bail!("--prompt: expected a prompt for --model (only the built-in model has a default prompt)"),
-    };
-    let cfg = a.sampling.config(l.is_default)?;
-    let seed = cfg.seed;
-    let kv_cfg = load::state_config(&a.opts, a.max_seq, None)?;
     let max_seq = kv_cfg.max_seq;
     let ring = kv_cfg.overflow == pn_ops::Overflow::Ring;
     let mut ids = Vec::new();
@@ -70,51 +72,23 @@ pub fn run(a: RunArgs) -> Result<()> {
     if !ring && ids.len() >= max_seq {
         bail!("the prompt has {} tokens but the context holds {max_seq} (raise --max-seq, or --context-overflow ring)", ids.len());
     }
-    let n_gen = if ring { a.n } else { a.n.min(max_seq - ids.len()) };
-    if n_gen < a.n {
-        eprintln!("warning: generating {n_gen} tokens, not {}: the context holds {max_seq}", a.n);
+    if let Some(n) = limit.filter(|&n| !ring && n > max_seq - ids.len() + 1) {
+        eprintln!("warning: generating at most {} tokens, not {n}: the context holds {max_seq}", max_seq - ids.len() + 1);
     }
-
-    let mut st = load::alloc_state(&l, &kv_cfg)?;
+    let mut st = load::first_state(&l, &kv_cfg)?;
     let mut sampler = Sampler::new(cfg);
-    sampler.observe(&ids);
     let mut out = std::io::stdout().lock();
-    write!(out, "{prompt}")?;
-    out.flush()?;
-
-    let t0 = Instant::now();
-    let mut rec = a.dump.recorder()?;
-    let logits = step(&l.runner, &mut st, &ids, rec.as_mut())?;
-    let t_prompt = t0.elapsed().as_secs_f64();
-    let mut next = sampler.sample(load::finite(logits.last())?);
-    let mut dec = StreamDecoder::new();
-    let t1 = Instant::now();
-    let mut generated = 0;
-    loop {
-        if !a.ignore_eos && tok.is_eog(next) {
-            break;
-        }
-        write!(out, "{}", dec.push(&tok, next))?;
-        out.flush()?;
-        generated += 1;
-        if generated >= n_gen {
-            break;
-        }
-        let logits = step(&l.runner, &mut st, &[next], rec.as_mut())?;
-        next = sampler.sample(load::finite(logits.last())?);
-    }
-    writeln!(out, "{}", dec.flush())?;
+    output::print(&mut out, &prompt)?;
+    let spec = Spec { limit, ignore_eos: a.ignore_eos, stops: &stops, feed_last: false, interrupt: None };
+    let g = generate::generate(&l.runner, &tok, &mut st, &mut sampler, &ids, &spec, rec.as_mut(), &mut |t| output::print(&mut out, t))?;
+    output::print(&mut out, "\n")?;
     a.dump.finish(rec)?;
-    let t_gen = t1.elapsed().as_secs_f64();
     eprintln!(
-        "\n[{}: prompt {} tokens in {:.2}s ({:.1} tok/s), generated {} tokens in {:.2}s ({:.1} tok/s), seed {seed}]",
+        "\n[{}: prompt {}, generated {}, seed {seed}; stopped: {}]",
         l.name,
-        ids.len(),
-        t_prompt,
-        ids.len() as f64 / t_prompt.max(1e-9),
-        generated,
-        t_gen,
-        generated as f64 / t_gen.max(1e-9)
+        generate::rate(ids.len(), g.prefill_s),
+        generate::rate(g.tokens, g.gen_s),
+        g.reason
     );
     Ok(())
 }

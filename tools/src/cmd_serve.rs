@@ -58,6 +58,10 @@ pub struct ServeArgs {
     /// Do not reuse prompt prefixes across requests ($PN_PREFIX_CACHE_MB=0 does the same)
     #[arg(long)]
     no_prefix_cache: bool,
+    /// Overlap each decode step with the next prefill pass (a worker thread runs the
+    /// step); off by default: on 2 cores the two compete and the overlap is slower
+    #[arg(long)]
+    async_steps: bool,
 }
 
 /// The id of a model file: its name without `.gguf`.
@@ -100,7 +104,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         queue: a.queue,
         max_body: a.max_body,
         grace: Duration::from_secs_f64(a.grace),
-        defaults: Defaults { sampler, seed: a.sampling.seed },
+        // --seed -1 (or none): a fresh seed per request
+        defaults: Defaults { sampler, seed: a.sampling.seed.and_then(|s| u64::try_from(s).ok()) },
     };
     let slots = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
     let state = load::state_config(&a.opts, a.ctx, None)?;
@@ -109,11 +114,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         cache.budget_bytes = 0;
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
-    let (opts, chunk) = (a.opts.clone(), a.prefill_chunk);
+    let (opts, chunk, async_steps) = (a.opts.clone(), a.prefill_chunk, a.async_steps);
     pn_server::serve(cfg, move || {
         let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
-        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk })
+        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps })
     })
 }

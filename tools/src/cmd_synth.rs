@@ -15,6 +15,12 @@ use std::time::Instant;
 
 #[derive(Args)]
 pub struct SynthArgs {
+    /// Architecture: qwen35moe, qwen35, qwen3moe, qwen3, qwen2 or llama
+    #[arg(long, default_value = "qwen35moe")]
+    arch: String,
+    /// A SentencePiece vocabulary (Mistral-7B style; --arch llama)
+    #[arg(long)]
+    spm: bool,
     /// Dimensions: tiny, ktiny, small or full-dims (Qwen3.5-35B-A3B layer dims)
     #[arg(long, default_value = "tiny")]
     preset: String,
@@ -101,10 +107,10 @@ pub const PRESETS: [(&str, Dims); 4] = [
 ];
 
 /// A `--type`: the base weight type, whether it is a llama.cpp `_M` mix, general.file_type.
-struct WeightType {
-    base: GgmlType,
-    mix: bool,
-    file_type: u32,
+pub(crate) struct WeightType {
+    pub(crate) base: GgmlType,
+    pub(crate) mix: bool,
+    pub(crate) file_type: u32,
 }
 
 const TYPES: [(&str, GgmlType, bool, u32); 18] = {
@@ -173,7 +179,7 @@ fn resolve_dims(a: &SynthArgs) -> Result<Dims> {
 }
 
 /// ChatML, as Qwen models use.
-const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+pub(crate) const CHAT_TEMPLATE: &str = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
 const SPECIAL: [&str; 3] = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
 /// Characters whose pairs make the merged tokens (most frequent English first).
 const PAIR_CHARS: &[u8] = b" etaoinshrdlucmfwypvbgkqjxzETAOINSHRDLUCMFWYPVBGKQJXZ0123456789";
@@ -211,14 +217,14 @@ pub fn vocabulary(n: usize) -> (Vec<String>, Vec<i32>, Vec<String>) {
 }
 
 /// llama.cpp's `use_more_bits`: the layers a `_M` mix gives more bits.
-fn more_bits(i: usize, n: usize) -> bool {
+pub(crate) fn more_bits(i: usize, n: usize) -> bool {
     let (lo, hi) = (n / 8, 7 * n / 8);
     i < lo || i >= hi || (i - lo) % 3 == 2
 }
 
 /// A type that fits rows of `ne0` (llama.cpp's fallbacks when a row is not a multiple
 /// of 256), F16 when nothing does.
-fn fit(ty: GgmlType, ne0: usize) -> GgmlType {
+pub(crate) fn fit(ty: GgmlType, ne0: usize) -> GgmlType {
     use GgmlType::*;
     let t = if ne0.is_multiple_of(ty.block_size()) {
         ty
@@ -238,7 +244,7 @@ fn fit(ty: GgmlType, ne0: usize) -> GgmlType {
 }
 
 /// Every tensor of the file, in order, with its type and initialization.
-fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
+pub(crate) fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
     let (e, h, hkv, hd) = (d.n_embd, d.n_head, d.n_head_kv, d.head_dim);
     let (s, g, v) = (d.ssm_state, d.ssm_groups, d.ssm_dt_rank);
     let d_inner = s * v;
@@ -301,7 +307,7 @@ fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
 }
 
 /// The metadata of the file (the key set of the oracle's synthetic fixtures).
-fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<(String, MetaValue)> {
+pub(crate) fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<(String, MetaValue)> {
     use MetaValue::*;
     let k = |s: &str| format!("qwen35moe.{s}");
     let u = |x: usize| U32(x as u32);
@@ -362,6 +368,10 @@ pub fn run(a: SynthArgs) -> Result<()> {
         bail!("--out {}: expected a file path, found a directory", a.out.display());
     }
     debug_assert!(QUANTIZABLE.contains(&wt.base));
+    if a.arch != "qwen35moe" || a.spm {
+        let o = crate::synth_arch::ArchOpts { arch: &a.arch, spm: a.spm, seed: a.seed, ctx: a.ctx, tied: a.tied, threads: a.threads };
+        return crate::synth_arch::run(&o, &d, &wt, &a.preset, &a.ty.to_ascii_lowercase(), &a.out);
+    }
     let name = format!("synthetic-qwen35moe-{}-{}", a.preset, a.ty.to_ascii_lowercase());
     let meta = metadata(&d, &name, wt.file_type, a.ctx);
     let tensors = plan(&d, &wt, a.tied);

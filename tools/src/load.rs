@@ -19,11 +19,11 @@ pub const DEFAULT_MODEL_NAME: &str = "pn-default-code-q4_k_m (built in)";
 #[derive(clap::Args, Clone, Debug)]
 pub struct ModelOpts {
     /// GGUF model (default: the built-in model)
-    #[arg(long)]
+    #[arg(long, short = 'm')]
     pub model: Option<std::path::PathBuf>,
-    /// Threads (0 = all cores)
-    #[arg(long, short = 't', default_value_t = 0)]
-    pub threads: usize,
+    /// Threads per die (0 or -1 = all cores)
+    #[arg(long, short = 't', default_value_t = 0, allow_negative_numbers = true)]
+    pub threads: i64,
     /// Tokens per forward pass (longer inputs run in several passes; 256 keeps the
     /// activation buffers small at no cost in speed, docs/perf.md)
     #[arg(long, default_value_t = 256)]
@@ -53,9 +53,44 @@ pub struct ModelOpts {
     pub load: Option<String>,
 }
 
-/// The placement asked for by `--dies` / `--split-layer`, then the environment.
+/// The context size (`-c`), for the commands that keep a sequence state.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ContextOpts {
+    /// Context size in tokens (KV cache capacity). Default: $PN_MAX_SEQ, $QWEN35_MAX_SEQ,
+    /// else 4096; clamped to [16, 262144]
+    #[arg(long, short = 'c', visible_alias = "ctx-size")]
+    pub max_seq: Option<usize>,
+}
+
+/// The placement asked for by `--dies` / `--split-layer`, then the environment. An
+/// explicit `--split-layer` needs two named dies (it would otherwise invent die B).
 pub fn placement(o: &ModelOpts) -> Result<Placement> {
-    Ok(Placement::resolve(o.dies.as_deref(), o.split_layer)?)
+    let p = Placement::resolve(o.dies.as_deref(), o.split_layer)?;
+    let env_b = ["PN_DIE_B", "QWEN35_GPU_DIE_B"].iter().any(|k| std::env::var(k).is_ok_and(|v| !v.trim().is_empty()));
+    let two_named = o.dies.as_deref().is_some_and(|d| d.contains(',')) || (o.dies.is_none() && env_b);
+    if let (Some(s), false) = (o.split_layer, two_named) {
+        bail!("--split-layer {s}: expected two dies (--dies A,B), found one ({}); drop --split-layer or name die B", p.die_a);
+    }
+    Ok(p)
+}
+
+/// The split layer checked against the model: 1 to n_layer (n_layer = all on die A).
+fn check_split(o: &ModelOpts, p: &Placement, n_layer: usize) -> Result<()> {
+    let Some(s) = p.split.filter(|_| p.die_b.is_some()) else { return Ok(()) };
+    if s > n_layer {
+        let flag = if o.split_layer.is_some() { "--split-layer" } else { "PN_SPLIT_LAYER" };
+        bail!("{flag} {s}: expected 1 to {n_layer} (the model has {n_layer} layers)");
+    }
+    Ok(())
+}
+
+/// `--threads`: 0 and -1 mean every core; the concrete count.
+pub fn resolve_threads(t: i64) -> Result<usize> {
+    match t {
+        0 | -1 => Ok(std::thread::available_parallelism().map_or(1, |n| n.get())),
+        t if t < -1 || t as u64 > MAX_THREADS as u64 => bail!("--threads: expected 0 or -1 (all cores) to {MAX_THREADS}, found {t}"),
+        t => Ok(t as usize),
+    }
 }
 
 /// One backend instance per die named by the placement (`threads` threads each).
@@ -81,6 +116,8 @@ pub struct Loaded {
     pub is_default: bool,
     pub gguf: Arc<Gguf>,
     pub runner: Runner,
+    pub threads: usize,
+    pub load_secs: f64,
 }
 
 /// The model file (loaded as `mode` says) or the built-in default model.
@@ -100,25 +137,60 @@ pub fn open_gguf(model: Option<&Path>, mode: LoadMode) -> Result<(String, bool, 
     }
 }
 
-pub fn load(o: &ModelOpts) -> Result<Loaded> {
-    let (threads, ubatch) = (o.threads, o.ubatch);
-    if threads > MAX_THREADS {
-        bail!("--threads: expected 0 (all cores) to {MAX_THREADS}, found {threads}");
-    }
+/// Every model flag checked (all before the file is opened): threads, load mode, ubatch,
+/// placement.
+pub fn check(o: &ModelOpts) -> Result<(usize, LoadMode, Placement)> {
+    let threads = resolve_threads(o.threads)?;
     let mode = match o.load.clone().or_else(|| std::env::var("PN_LOAD").ok()) {
         Some(m) => m.parse::<LoadMode>().map_err(|e| anyhow::anyhow!("--load: {e}"))?,
         None => LoadMode::Auto,
     };
-    let (name, is_default, gguf) = open_gguf(o.model.as_deref(), mode)?;
-    let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
-    let place = placement(o)?;
-    let dies = dies(&place, threads)?;
-    let mut runner = Runner::with_dies(m, gguf.clone(), dies, place).with_context(|| format!("cannot load model {name}"))?;
-    if ubatch == 0 {
+    if o.ubatch == 0 {
         bail!("--ubatch: expected a value ≥ 1, found 0");
     }
-    runner.ubatch = ubatch;
-    Ok(Loaded { name, is_default, gguf, runner })
+    Ok((threads, mode, placement(o)?))
+}
+
+pub fn load(o: &ModelOpts) -> Result<Loaded> {
+    let (threads, mode, place) = check(o)?;
+    let t0 = std::time::Instant::now();
+    let size = o.model.as_deref().and_then(|p| std::fs::metadata(p).ok()).map_or(DEFAULT_MODEL.len() as u64, |m| m.len());
+    let how = if mode == LoadMode::Mmap { "mapping" } else { "reading" };
+    let pb = crate::progress::spinner(format!("{how} the model ({})", human_bytes(size)));
+    let (name, is_default, gguf) = open_gguf(o.model.as_deref(), mode)?;
+    pb.set_message(format!("checking {} tensors", gguf.tensors.len()));
+    let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
+    check_split(o, &place, m.n_layer())?;
+    let dies = dies(&place, threads)?;
+    let mut runner = Runner::with_dies(m, gguf.clone(), dies, place).with_context(|| format!("cannot load model {name}"))?;
+    pb.finish_and_clear();
+    runner.ubatch = o.ubatch;
+    Ok(Loaded { name, is_default, gguf, runner, threads, load_secs: t0.elapsed().as_secs_f64() })
+}
+
+/// Bytes as people read them: 1.16 GB, 36.2 MB, 512 B.
+pub fn human_bytes(bytes: u64) -> String {
+    let b = bytes as f64;
+    if b >= 1e9 {
+        format!("{:.2} GB", b / 1e9)
+    } else if b >= 1e6 {
+        format!("{:.2} MB", b / 1e6)
+    } else if b >= 1e3 {
+        format!("{:.1} kB", b / 1e3)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+/// The one line after load (stderr, unless --quiet): model, size, load time, threads, KV
+/// type, context.
+pub fn announce(l: &Loaded, kv: pn_ops::KvType, max_seq: usize) {
+    if crate::progress::quiet() {
+        return;
+    }
+    let size = human_bytes(l.gguf.file_bytes().len() as u64);
+    let dies = l.runner.dies().iter().map(|d| d.device.to_string()).collect::<Vec<_>>().join(",");
+    eprintln!("{}: {size}, loaded in {:.2} s, {} threads on {dies}, KV {kv}, context {max_seq}", l.name, l.load_secs, l.threads);
 }
 
 pub fn tokenizer(l: &Loaded) -> Result<Tokenizer> {
@@ -173,5 +245,12 @@ pub fn alloc_state(l: &Loaded, cfg: &kv::StateConfig) -> Result<pn_engine::SeqSt
     for n in notes {
         eprintln!("{n}");
     }
+    Ok(st)
+}
+
+/// The first state of a command: allocated, then the load line with its KV type.
+pub fn first_state(l: &Loaded, cfg: &kv::StateConfig) -> Result<pn_engine::SeqState> {
+    let st = alloc_state(l, cfg)?;
+    announce(l, st.kv_type().unwrap_or(cfg.kv), cfg.max_seq);
     Ok(st)
 }

@@ -1,6 +1,7 @@
 //! `pn`: the Pantheon command line.
 #![forbid(unsafe_code)]
 
+mod chat_input;
 mod cmd_batch;
 mod cmd_bench;
 mod cmd_chat;
@@ -8,12 +9,18 @@ mod cmd_diff;
 mod cmd_dump;
 mod cmd_info;
 mod cmd_logits;
+mod cmd_perplexity;
 mod cmd_run;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
+mod generate;
 mod load;
+mod output;
+mod progress;
+mod prompt;
 mod sampling;
+mod synth_arch;
 mod synth_write;
 mod tensor_opts;
 
@@ -23,6 +30,9 @@ use std::process::ExitCode;
 #[derive(Parser)]
 #[command(name = "pn", version, about = "Pantheon: a graph inference engine for qwen35moe GGUF models")]
 struct Cli {
+    /// No progress bars and no load line on stderr
+    #[arg(long, short = 'q', global = true)]
+    quiet: bool,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -37,6 +47,8 @@ enum Cmd {
     Logits(cmd_logits::LogitsArgs),
     /// Show metadata, the layer map and the tensor table of a GGUF.
     Info(cmd_info::InfoArgs),
+    /// Perplexity of a text file (llama-perplexity's method: windows of --ctx tokens, the second half of each scored).
+    Perplexity(cmd_perplexity::PerplexityArgs),
     /// Tokenize text with the model's tokenizer.
     Tokenize(cmd_tokenize::TokenizeArgs),
     /// Run many prompts through the decode slots (continuous batching): one JSON line per prompt.
@@ -55,6 +67,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    progress::set_quiet(cli.quiet);
     let res = match cli.cmd {
         Cmd::Run(a) => cmd_run::run(a),
         Cmd::Logits(a) => cmd_logits::run(a),
@@ -66,12 +79,15 @@ fn main() -> ExitCode {
         Cmd::Dump(a) => cmd_dump::run(a),
         Cmd::Diff(a) => cmd_diff::run(a),
         Cmd::Synth(a) => cmd_synth::run(a),
+        Cmd::Perplexity(a) => cmd_perplexity::run(a),
         Cmd::Serve(a) => cmd_serve::run(a),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // the reader went away (`pn run | head`): not a failure
+        Err(e) if output::is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            output::report_error(&e);
             ExitCode::FAILURE
         }
     }

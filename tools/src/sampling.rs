@@ -20,20 +20,23 @@ pub struct SamplingOpts {
     /// Repetition penalty (1 = off). Default 1.0, or 1.1 for the built-in model (it loops)
     #[arg(long, allow_negative_numbers = true)]
     pub repeat_penalty: Option<f32>,
-    /// Random seed (default: from the clock; printed at the end)
-    #[arg(long)]
-    pub seed: Option<u64>,
+    /// Random seed (default or -1: from the clock; printed at the end)
+    #[arg(long, short = 's', allow_negative_numbers = true)]
+    pub seed: Option<i64>,
     /// Greedy decoding: argmax, no repetition penalty unless --repeat-penalty is given
-    #[arg(long)]
+    /// (--temp 0 is greedy too, but keeps the default repetition penalty)
+    #[arg(long, conflicts_with = "temp")]
     pub greedy: bool,
 }
 
 impl SamplingOpts {
     /// The sampler settings, with defaults that suit the built-in model when it runs.
     pub fn config(&self, builtin_model: bool) -> Result<SamplerConfig> {
-        let seed = self.seed.unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
-        });
+        let seed = match self.seed {
+            None | Some(-1) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0),
+            Some(s) if s < 0 => anyhow::bail!("--seed: expected a value ≥ 0, or -1 for a random seed, found {s}"),
+            Some(s) => s as u64,
+        };
         let cfg = SamplerConfig {
             temperature: if self.greedy { 0.0 } else { self.temp.unwrap_or(if builtin_model { 0.7 } else { 0.8 }) },
             top_k: self.top_k,

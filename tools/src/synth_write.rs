@@ -31,6 +31,8 @@ pub enum Init {
     DtBias,
     /// −U(1, 16) (ssm_a = −exp(A_log)).
     SsmA,
+    /// The llama3 rope frequency factors of a head of 2·ne0 dims (`rope_freqs.weight`).
+    Llama3Freqs { base: f32 },
 }
 
 pub struct TensorPlan {
@@ -94,6 +96,7 @@ fn fill(init: Init, ne0: usize, rng: &mut Rng, x: &mut [f32]) {
             *v = dt + (-(-dt).exp_m1()).ln();
         }),
         Init::SsmA => x.iter_mut().for_each(|v| *v = -(1.0 + 15.0 * rng.unit())),
+        Init::Llama3Freqs { base } => x.copy_from_slice(&crate::synth_arch::llama3_factors(base, 2 * ne0)[..x.len()]),
     }
 }
 
@@ -171,6 +174,7 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
     w.write_all(&head)?;
     let mut total = head.len() as u64;
     let jobs = jobs(tensors);
+    let bar = crate::progress::bar(tensors.iter().map(|t| t.bytes() as u64).sum(), "synth", "bytes");
     let window = 2 * threads;
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
@@ -208,6 +212,7 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
                 while let Some(c) = pending.remove(&done) {
                     w.write_all(&c)?;
                     total += c.len() as u64;
+                    bar.inc(c.len() as u64);
                     let j = &jobs[done];
                     if j.r1 == tensors[j.t].rows() {
                         let pad = tensors[j.t].bytes().next_multiple_of(ALIGN) - tensors[j.t].bytes();
@@ -231,5 +236,6 @@ fn write_inner(path: &Path, meta: &[(String, MetaValue)], tensors: &[TensorPlan]
     })
     .with_context(|| format!("cannot write {}", path.display()))?;
     w.flush().with_context(|| format!("cannot write {}", path.display()))?;
+    bar.finish_and_clear();
     Ok(total)
 }

@@ -1,4 +1,5 @@
-//! RoPE: angles once per token, then every head rotated (parallel over tokens).
+//! RoPE: angles once per token, then every head rotated (parallel over tokens). Normal
+//! or NEOX pairing, optional per-pair freq factors (third input).
 
 use crate::par;
 use pn_ops::reference::common::{act_f32, act_i32, out_f32, rope_angles, rope_rotate};
@@ -32,6 +33,21 @@ pub fn rope_into(
     freq_scale: f32,
     y: &mut [f32],
 ) -> Result<(), OpError> {
+    match ins.get(2) {
+        Some(f) => crate::norm::with_f32("Rope", f, |ff, _| rope_rows(ins, out, n_rot, mode, (freq_base, freq_scale), Some(ff), y)),
+        None => rope_rows(ins, out, n_rot, mode, (freq_base, freq_scale), None, y),
+    }
+}
+
+fn rope_rows(
+    ins: &[Value<'_>],
+    out: &TensorMeta,
+    n_rot: usize,
+    mode: RopeMode,
+    (freq_base, freq_scale): (f32, f32),
+    factors: Option<&[f32]>,
+    y: &mut [f32],
+) -> Result<(), OpError> {
     const OP: &str = "Rope";
     let x = act_f32(OP, &ins[0])?;
     let pos = act_i32(OP, &ins[1])?;
@@ -46,7 +62,7 @@ pub fn rope_into(
     ANGLES.with(|cs| {
         let mut cs = cs.borrow_mut();
         cs.resize(n_rot, 0.0);
-        rope_angles(OP, mode, n_rot, freq_base, freq_scale, 0, &mut cs)
+        rope_angles(OP, mode, n_rot, freq_base, freq_scale, factors, 0, &mut cs)
     })?;
     crate::norm::len_check(OP, x.len(), y.len())?;
     y.copy_from_slice(x);
@@ -57,9 +73,9 @@ pub fn rope_into(
             let mut cs = cs.borrow_mut();
             cs.resize(n_rot, 0.0);
             // Cannot fail: the mode was validated above.
-            let _ = rope_angles(OP, mode, n_rot, freq_base, freq_scale, p, &mut cs);
+            let _ = rope_angles(OP, mode, n_rot, freq_base, freq_scale, factors, p, &mut cs);
             for head in row.chunks_mut(d) {
-                rope_rotate(head, n_rot, &cs);
+                rope_rotate(head, n_rot, mode, &cs);
             }
         });
     });

@@ -260,6 +260,7 @@ fn rope() {
         let pos: Vec<i32> = (0..t as i32).map(|i| i * 37 + 5).collect();
         let p = Tensor::i32(Shape::d1(t), pos);
         for mode in [
+            RopeMode::Normal,
             RopeMode::Neox,
             RopeMode::IMRope {
                 sections: [11, 11, 10, 0],
@@ -276,6 +277,10 @@ fn rope() {
                     freq_scale: scale,
                 };
                 check(&op, &[Value::Act(&x), Value::Act(&p)], None).unwrap();
+                // llama3-style per-pair freq factors (third input)
+                let ff = act(Shape::d1(n_rot / 2), 11).into_f32().iter().map(|v| 1.0 + v.abs() * 8.0).collect();
+                let ff = Tensor::f32(Shape::d1(n_rot / 2), ff);
+                check(&op, &[Value::Act(&x), Value::Act(&p), Value::Act(&ff)], None).unwrap();
             }
         }
     }

@@ -3,6 +3,7 @@
 use crate::exec::{Buf, K};
 use crate::formats::{self, Residency};
 use crate::kernels::{self, MODULES};
+use crate::weights::{sample, CacheStats, WeightCache, WeightKey};
 use crate::CudaError;
 use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchArgs,
@@ -22,22 +23,38 @@ pub struct DevWeight {
     pub row_bytes: usize,
 }
 
-/// Weights are keyed by the address and length of their bytes (the GGUF mapping lives
-/// as long as the model, so a key always names the same tensor), plus the form stored.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Key {
-    ptr: usize,
-    len: usize,
-    as_f32: bool,
-}
-
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub arch: String,
     pub name: String,
     funcs: HashMap<&'static str, CudaFunction>,
-    weights: Mutex<HashMap<Key, Arc<DevWeight>>>,
+    /// Static shared memory of each kernel (bytes, from the driver): a launch's dynamic
+    /// shared memory plus this must fit in [`SHARED_PER_BLOCK`].
+    static_shared: HashMap<&'static str, usize>,
+    /// Keyed by host bytes, type, shape and form, checked against a sample of the bytes
+    /// (weights.rs): a reused host address never gets a stale device weight.
+    weights: Mutex<WeightCache<Arc<DevWeight>>>,
+}
+
+/// Shared memory a block may use without opting in (static + dynamic), every arch ≥ sm_70.
+pub const SHARED_PER_BLOCK: usize = 48 * 1024;
+
+/// The most dynamic shared memory a kernel with `static_bytes` of static shared memory
+/// can be launched with (without the opt-in attribute).
+pub fn dynamic_shared_max(static_bytes: usize) -> usize {
+    SHARED_PER_BLOCK.saturating_sub(static_bytes)
+}
+
+/// Whether kernel `name` with `static_bytes` of static shared memory can be launched with
+/// `dynamic` bytes of dynamic shared memory (a clear error instead of a launch failure).
+pub fn shared_fits(name: &str, dynamic: usize, static_bytes: usize) -> Result<(), CudaError> {
+    if dynamic <= dynamic_shared_max(static_bytes) {
+        return Ok(());
+    }
+    Err(CudaError::Unsupported(format!(
+        "{name}: {dynamic} bytes of dynamic shared memory + {static_bytes} static > {SHARED_PER_BLOCK} per block"
+    )))
 }
 
 /// Whether the CUDA driver library can be loaded (never panics).
@@ -47,6 +64,8 @@ pub fn driver_present() -> bool {
 }
 
 impl Device {
+    /// Physical device `index` (its primary context: several `Device`s of one index share
+    /// it, each with its own stream).
     pub fn new(index: usize) -> Result<Device, CudaError> {
         if !driver_present() {
             return Err(CudaError::NoDevice(
@@ -73,6 +92,7 @@ impl Device {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(drv)?;
         let mut funcs = HashMap::new();
+        let mut static_shared = HashMap::new();
         for m in MODULES {
             let cubin = kernels::cubin(m, &arch)?;
             let module = ctx
@@ -82,6 +102,10 @@ impl Device {
                 let f = module
                     .load_function(e)
                     .map_err(|err| CudaError::Driver(format!("{}: kernel {e}: {err:?}", m.file)))?;
+                let sh = f.shared_size_bytes().map_err(|err| {
+                    CudaError::Driver(format!("{}: kernel {e}: shared size: {err:?}", m.file))
+                })?;
+                static_shared.insert(e, sh.max(0) as usize);
                 funcs.insert(e, f);
             }
         }
@@ -91,8 +115,14 @@ impl Device {
             arch,
             name,
             funcs,
-            weights: Mutex::new(HashMap::new()),
+            static_shared,
+            weights: Mutex::new(WeightCache::default()),
         })
+    }
+
+    /// Static shared memory of kernel `name` (bytes; 0 for an unknown name).
+    pub fn static_shared(&self, name: &str) -> usize {
+        self.static_shared.get(name).copied().unwrap_or(0)
     }
 
     pub fn func(&self, name: &str) -> Result<&CudaFunction, CudaError> {
@@ -192,13 +222,9 @@ impl Device {
     /// A weight for matmul / get_rows, uploaded once: raw blocks when the format has
     /// native kernels, else dequantized on the host to f16 (documented fallback).
     pub fn weight(&self, w: &WeightView<'_>) -> Result<Arc<DevWeight>, CudaError> {
-        let key = Key {
-            ptr: w.bytes.as_ptr() as usize,
-            len: w.bytes.len(),
-            as_f32: false,
-        };
-        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key) {
-            return Ok(d.clone());
+        let (key, smp) = (WeightKey::of(w, false), sample(w.bytes));
+        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key, smp) {
+            return Ok(d);
         }
         let dw = match formats::residency(w.ty) {
             Residency::Native => {
@@ -219,19 +245,18 @@ impl Device {
             Residency::No(why) => return Err(CudaError::Unsupported(format!("{}: {why}", w.name))),
         };
         let dw = Arc::new(dw);
-        self.weights.lock().map_err(poison)?.insert(key, dw.clone());
+        self.weights
+            .lock()
+            .map_err(poison)?
+            .insert(key, smp, dw.clone());
         Ok(dw)
     }
 
     /// A small weight (norm / conv / broadcast operand) as f32 on the device, uploaded once.
     pub fn weight_f32(&self, w: &WeightView<'_>) -> Result<Arc<DevWeight>, CudaError> {
-        let key = Key {
-            ptr: w.bytes.as_ptr() as usize,
-            len: w.bytes.len(),
-            as_f32: true,
-        };
-        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key) {
-            return Ok(d.clone());
+        let (key, smp) = (WeightKey::of(w, true), sample(w.bytes));
+        if let Some(d) = self.weights.lock().map_err(poison)?.get(&key, smp) {
+            return Ok(d);
         }
         let f = w
             .try_to_f32()
@@ -242,7 +267,10 @@ impl Device {
             GgmlType::F32,
             4 * w.shape.0[0],
         ));
-        self.weights.lock().map_err(poison)?.insert(key, dw.clone());
+        self.weights
+            .lock()
+            .map_err(poison)?
+            .insert(key, smp, dw.clone());
         Ok(dw)
     }
 
@@ -252,6 +280,11 @@ impl Device {
             .lock()
             .map(|m| m.values().map(|w| w.buf.len()).sum())
             .unwrap_or(0)
+    }
+
+    /// Hits, misses and stale entries of the weight cache.
+    pub fn weight_stats(&self) -> CacheStats {
+        self.weights.lock().map(|m| m.stats()).unwrap_or_default()
     }
 }
 
@@ -302,4 +335,32 @@ pub fn go(mut b: LaunchArgs<'_>, cfg: LaunchConfig) -> Result<(), CudaError> {
     // as f32), sizes its grid to the buffers it allocated, and the kernels bound-check
     // their indices against the sizes passed.
     unsafe { b.launch(cfg) }.map(|_| ()).map_err(drv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// attn_kv keeps a head row of D floats in dynamic shared memory beside 384 static
+    /// bytes (kernels/attention.cu: float shf[32], double shd[32]).
+    #[test]
+    fn static_shared_memory_counts_against_the_dynamic_limit() {
+        let stat = 32 * 4 + 32 * 8;
+        assert!(
+            shared_fits("attn_kv", 12192 * 4, stat).is_ok(),
+            "48 KiB - 384 fits"
+        );
+        let e = shared_fits("attn_kv", 12288 * 4, stat)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("attn_kv") && e.contains("49152 bytes") && e.contains("384 static"),
+            "{e}"
+        );
+        assert!(
+            shared_fits("kv_store", 12288 * 4, 0).is_ok(),
+            "no static: all 48 KiB"
+        );
+        assert_eq!(dynamic_shared_max(SHARED_PER_BLOCK + 1), 0);
+    }
 }

@@ -363,6 +363,11 @@ impl<'a> Cx<'a> {
     }
     /// Issue `c`: launched now, or deferred.
     pub fn go(&mut self, c: Cmd) -> Result<(), CudaError> {
+        if let Cmd::Kernel { name, shared, .. } = &c {
+            if *shared > 0 {
+                crate::device::shared_fits(name, *shared as usize, self.d.static_shared(name))?;
+            }
+        }
         self.issued += 1;
         match &mut self.defer {
             Some(v) => {

@@ -34,6 +34,7 @@ mod devstate;
 mod dispatch;
 mod exec;
 pub mod formats;
+mod graph_capture;
 pub mod graphs;
 mod host;
 pub mod kernels;
@@ -45,8 +46,10 @@ mod ops_misc;
 mod ops_state;
 mod resident;
 mod segment;
+pub mod start;
 mod stream;
 mod tables;
+pub mod weights;
 
 pub use capture::ResidentStats;
 pub use graphs::{EventId, GraphKey, GraphStats};
@@ -88,7 +91,7 @@ pub struct CudaBackend {
     /// One op at a time: ops share the stream and the weight cache.
     lock: Mutex<()>,
     /// Captured graphs (stream.rs); taken after `lock` when both are held.
-    graphs: Mutex<graphs::GraphTable<stream::SendGraph>>,
+    graphs: Mutex<graphs::GraphTable<graph_capture::DevGraph>>,
     /// Recorded events (stream.rs).
     events: Mutex<graphs::EventTable<cudarc::driver::CudaEvent>>,
     /// Slots, layer states, scratch, the open segment (resident.rs); taken after `lock`.
@@ -102,9 +105,19 @@ pub struct CudaBackend {
 impl CudaBackend {
     /// Open device `device_index`, compile (or load from the cache) every kernel for its
     /// architecture. Fails with [`CudaError::NoDevice`] when there is no driver/device.
+    /// `device_index` is the die's index: the physical device is the same unless
+    /// `PN_CUDA_DEVICE_MAP` maps it (start.rs: `0,0` puts cuda:0 and cuda:1 on one GPU).
     pub fn new(device_index: usize) -> Result<CudaBackend, CudaError> {
-        let dev = Device::new(device_index)?;
-        let label = format!("cuda:{device_index}");
+        let map = std::env::var(start::MAP_VAR).ok();
+        CudaBackend::on_device(device_index, start::physical(device_index, map.as_deref())?)
+    }
+
+    /// Die `cuda:{die}` on physical device `device`. Several backends may share a device:
+    /// each has its own stream, all share its primary context (die-to-die copies are
+    /// then device-to-device copies).
+    pub fn on_device(die: usize, device: usize) -> Result<CudaBackend, CudaError> {
+        let dev = Device::new(device)?;
+        let label = format!("cuda:{die}");
         let graphs_on = std::env::var("PN_CUDA_GRAPHS").map_or(true, |v| v.trim() != "0");
         Ok(CudaBackend {
             dev,
@@ -132,6 +145,16 @@ impl CudaBackend {
     /// Bytes of weights resident on the device.
     pub fn weight_bytes(&self) -> usize {
         self.dev.weight_bytes()
+    }
+
+    /// Hits, misses and stale entries of the device weight cache (weights.rs).
+    pub fn weight_stats(&self) -> weights::CacheStats {
+        self.dev.weight_stats()
+    }
+
+    /// Static shared memory of kernel `name` in bytes, as the driver reports it.
+    pub fn static_shared(&self, name: &str) -> usize {
+        self.dev.static_shared(name)
     }
 
     /// Rows of `k` f32 converted on the device to the activation format of weight type

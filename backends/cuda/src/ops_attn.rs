@@ -12,6 +12,7 @@
 //! replays them). Host path: a per-call copy of the cells the batch can read, with
 //! staging rows for the cells written (devstate.rs `write_back`).
 
+use crate::device::shared_fits;
 use crate::devstate::KvBufs;
 use crate::exec::{Buf, Cx};
 use crate::opnd::Opnd;
@@ -33,8 +34,6 @@ const OP: &str = "Attention";
 const SCORES_MAX: usize = 1 << 26;
 /// Threads per block of `kv_store` / `attn_kv`.
 const THREADS: u32 = 128;
-/// Dynamic shared memory the kernels may take without opting in (one row of D floats).
-const SHARED_MAX: usize = 48 * 1024;
 
 /// `KvType` as the kernels number it (kernels/attention.cu `KV_*`).
 fn ty_code(ty: KvType) -> i32 {
@@ -106,11 +105,15 @@ pub fn attention(
     if t == 0 || g.n_head == 0 {
         return Ok(());
     }
-    if g.d * 4 > SHARED_MAX {
-        return Err(cuda(CudaError::Unsupported(format!(
-            "head_dim {} (the kernels keep one head row in shared memory)",
-            g.d
-        ))));
+    // both kernels keep one head row of D floats in dynamic shared memory, beside their
+    // static shared memory (attn_kv: 384 bytes of reduction scratch)
+    for k in ["kv_store", "attn_kv"] {
+        shared_fits(k, g.d * 4, cx.d.static_shared(k)).map_err(|e| {
+            cuda(CudaError::Unsupported(format!(
+                "head_dim {}: {e} (the kernels keep one head row in shared memory)",
+                g.d
+            )))
+        })?;
     }
     run(cx, ins, y, kv, b, pos, g).map_err(cuda)
 }

@@ -5,6 +5,7 @@
 //! (rows of S are independent), so any Dv runs on the device. The ssm state is the
 //! layer state's device copy (devstate.rs), updated in place.
 
+use crate::device::dynamic_shared_max;
 use crate::devstate::RecBufs;
 use crate::exec::{Buf, Cx};
 use crate::opnd::Opnd;
@@ -27,8 +28,6 @@ const DTJ: usize = 32;
 const SCRATCH_MAX: usize = 1 << 26;
 /// Most rows of S per block of the recurrent kernel.
 const REC_THREADS: usize = 256;
-/// Dynamic shared memory without opting in.
-const SHARED_MAX: usize = 48 * 1024;
 
 /// [`CHUNKED_FROM`], or `PN_CUDA_DELTA_CHUNKED_FROM` when set (read once).
 pub fn chunked_from() -> usize {
@@ -107,7 +106,7 @@ fn i(x: usize) -> i32 {
 /// `ups`: q, k, v, g, β on the device.
 fn recurrent(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let threads = g.dv.div_ceil(32).min(REC_THREADS / 32) * 32;
-    let use_sh = 2 * g.dk * 4 <= SHARED_MAX;
+    let use_sh = 2 * g.dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule"));
     let mut b = cx.d.k("delta_rule")?.p(s);
     for u in ups {
         b = b.p(*u);

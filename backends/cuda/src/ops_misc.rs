@@ -84,7 +84,7 @@ pub fn rope(
         )));
     }
     let (imrope, s) = match mode {
-        RopeMode::Neox => (0i32, [0u32; 4]),
+        RopeMode::Normal | RopeMode::Neox => (0i32, [0u32; 4]),
         RopeMode::IMRope { sections } => {
             if sections.iter().sum::<u32>() == 0 {
                 return Err(bad("IMRope sections sum to 0"));
@@ -94,6 +94,10 @@ pub fn rope(
     };
     // the same expression as pn_ops::reference::common::rope_angles
     let theta_scale = freq_base.powf(-2.0f32 / n_rot as f32);
+    let factors = match ins.get(2) {
+        Some(o) => f32_any(cx.d, o)?.0,
+        None => Buf::NULL,
+    };
     let x = ins[0].f32()?;
     let numel = out.shape.numel();
     cx.go(crate::exec::Cmd::Copy {
@@ -120,7 +124,9 @@ pub fn rope(
             .i(s[0] as i32)
             .i(s[1] as i32)
             .i(s[2] as i32)
-            .i(s[3] as i32);
+            .i(s[3] as i32)
+            .p(factors)
+            .i((mode == RopeMode::Normal) as i32);
     cx.go(c.cfg(grid1(n, 256)))
 }
 

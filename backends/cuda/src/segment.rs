@@ -8,13 +8,11 @@
 //! mode: nothing else (no allocation, no host copy, no synchronization) happens inside it.
 
 use crate::capture::{Decision, OpenSeg};
-use crate::device::drv;
 use crate::exec::{fingerprint, launch, Cmd};
+use crate::graph_capture::{ensure_idle, Capture, DevGraph, DevStream};
 use crate::graphs::GraphKey;
 use crate::resident::ResState;
-use crate::stream::SendGraph;
 use crate::{CudaBackend, CudaError};
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use pn_engine::SegmentRun;
 use pn_ops::OpError;
 
@@ -129,7 +127,7 @@ impl CudaBackend {
                     .graphs
                     .lock()
                     .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
-                if t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
+                if t.replay(s.key, &fp, |g| g.launch())? {
                     r.stats.segments_replayed += 1;
                     return Ok(Ran::Replayed);
                 }
@@ -147,7 +145,7 @@ impl CudaBackend {
                         .graphs
                         .lock()
                         .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
-                    if !t.replay(s.key, &fp, |g| g.0.launch().map_err(drv))? {
+                    if !t.replay(s.key, &fp, |g| g.launch())? {
                         return Err(CudaError::Graph(format!(
                             "graph {} missing right after its capture",
                             s.key
@@ -162,13 +160,16 @@ impl CudaBackend {
                     }
                     r.policy.capture_failed(s.key);
                     r.stats.segments_eager += 1;
+                    // a capture left open would record (or refuse) the direct launches
+                    ensure_idle(&DevStream(&d.stream))?;
                     direct("capture failed")
                 }
             },
         }
     }
 
-    /// Captures `cmds` on the stream into graph `key` for `fp` (not run: replay it).
+    /// Captures `cmds` on the stream into graph `key` for `fp` (not run: replay it). The
+    /// capture ends on every path (graph_capture.rs).
     fn capture_cmds(&self, key: GraphKey, fp: &[u64], cmds: &[Cmd]) -> Result<(), CudaError> {
         let d = &self.dev;
         let mut t = self
@@ -176,36 +177,21 @@ impl CudaBackend {
             .lock()
             .map_err(|_| CudaError::Graph("graph table lock poisoned".into()))?;
         t.begin(key, fp)?;
-        let none = CUgraphInstantiate_flags(0);
-        if let Err(e) = d
-            .stream
-            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
-        {
-            t.abort();
-            return Err(drv(e));
-        }
-        if let Err(e) = cmds.iter().try_for_each(|c| launch(d, c)) {
-            let _ = d.stream.end_capture(none);
-            t.abort();
-            return Err(e);
-        }
-        match d.stream.end_capture(none) {
-            Ok(Some(g)) => match g.upload() {
-                Ok(()) => t.end(key, SendGraph(g)),
-                Err(e) => {
-                    t.abort();
-                    Err(drv(e))
-                }
-            },
-            Ok(None) => {
-                t.abort();
-                Err(CudaError::Graph(format!(
-                    "capture of graph {key} recorded no work"
-                )))
-            }
+        let ds = DevStream(&d.stream);
+        let record = || -> Result<DevGraph, CudaError> {
+            let cap = Capture::begin(&ds)?;
+            cmds.iter().try_for_each(|c| launch(d, c))?;
+            let g = cap.finish()?.ok_or_else(|| {
+                CudaError::Graph(format!("capture of graph {key} recorded no work"))
+            })?;
+            g.upload()?;
+            Ok(g)
+        };
+        match record() {
+            Ok(g) => t.end(key, g),
             Err(e) => {
                 t.abort();
-                Err(drv(e))
+                Err(e)
             }
         }
     }

@@ -11,18 +11,11 @@
 //! GPU session runs (tests/gpu_parity.rs calls it when a device is present).
 
 use crate::device::{drv, go, grid1};
+use crate::graph_capture::{ensure_idle, CaptureStream, DevStream};
 use crate::graphs::{EventId, GraphKey, GraphStats};
 use crate::{CudaBackend, CudaError};
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaEvent, CudaGraph, PushKernelArg};
+use cudarc::driver::{CudaEvent, PushKernelArg};
 use std::sync::MutexGuard;
-
-/// A captured, instantiated graph. cudarc's `CudaGraph` is not `Send` (graph objects
-/// must not be used from two threads at once); every use goes through the backend's
-/// `graphs` mutex, which serializes them.
-pub(crate) struct SendGraph(pub(crate) CudaGraph);
-// SAFETY: the graph is only touched with the `graphs` mutex held (see above).
-unsafe impl Send for SendGraph {}
 
 fn poisoned<T>(_: T) -> CudaError {
     CudaError::Driver("cuda backend lock poisoned".into())
@@ -44,52 +37,51 @@ impl CudaBackend {
         let _op = self.op_lock()?;
         let mut t = self.graphs.lock().map_err(poisoned)?;
         t.begin(key, geometry)?;
-        let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-        if let Err(e) = self.dev.stream.begin_capture(mode) {
+        if let Err(e) = DevStream(&self.dev.stream).begin() {
             t.abort();
-            return Err(drv(e));
+            return Err(e);
         }
         Ok(())
     }
 
     /// End the capture of `key`: instantiate the graph (and upload it, so the first
     /// replay is not slower) and keep it for [`CudaBackend::replay`]. The captured work
-    /// has NOT run: replay it (or run it directly) to get its results.
+    /// has NOT run: replay it (or run it directly) to get its results. On any error the
+    /// stream is left out of capture mode (graph_capture.rs).
     pub fn capture_end(&self, key: GraphKey) -> Result<(), CudaError> {
-        let _op = self.op_lock()?;
+        // not op_lock: its bind_to_thread returns an error stored by cudarc first, and
+        // the capture must end whatever it is (DevStream binds the context itself)
+        let _op = self.lock.lock().map_err(poisoned)?;
         let mut t = self.graphs.lock().map_err(poisoned)?;
         t.check_end(key)?;
-        match self.dev.stream.end_capture(CUgraphInstantiate_flags(0)) {
-            Ok(Some(g)) => {
-                if let Err(e) = g.upload() {
-                    t.abort();
-                    return Err(drv(e));
-                }
-                t.end(key, SendGraph(g))
-            }
-            Ok(None) => {
-                t.abort();
-                Err(CudaError::Graph(format!(
-                    "capture of graph {key} recorded no work"
-                )))
-            }
+        let ds = DevStream(&self.dev.stream);
+        let ended = ds.end().or_else(|e| {
+            ensure_idle(&ds)?;
+            Err(e)
+        });
+        match ended.and_then(|g| {
+            let g = g.ok_or_else(|| {
+                CudaError::Graph(format!("capture of graph {key} recorded no work"))
+            })?;
+            g.upload()?;
+            Ok(g)
+        }) {
+            Ok(g) => t.end(key, g),
             Err(e) => {
                 t.abort();
-                Err(drv(e))
+                Err(e)
             }
         }
     }
 
-    /// Abandon the capture in progress, if any (after an error between begin and end).
+    /// Abandon the capture in progress, if any (after an error between begin and end):
+    /// the stream is out of capture mode after it, whatever the table says.
     pub fn capture_abort(&self) {
-        let Ok(_op) = self.op_lock() else { return };
-        let Ok(mut t) = self.graphs.lock() else {
-            return;
-        };
-        if t.abort().is_some() {
-            // the partial graph (if any) is dropped; an invalidated capture errors here
-            let _ = self.dev.stream.end_capture(CUgraphInstantiate_flags(0));
+        let Ok(_op) = self.lock.lock() else { return };
+        if let Ok(mut t) = self.graphs.lock() {
+            t.abort();
         }
+        let _ = ensure_idle(&DevStream(&self.dev.stream));
     }
 
     /// Launch graph `key` if it was captured for `geometry`: `Ok(true)`. `Ok(false)`:
@@ -98,7 +90,7 @@ impl CudaBackend {
     pub fn replay(&self, key: GraphKey, geometry: &[u64]) -> Result<bool, CudaError> {
         let _op = self.op_lock()?;
         let mut t = self.graphs.lock().map_err(poisoned)?;
-        t.replay(key, geometry, |g| g.0.launch().map_err(drv))
+        t.replay(key, geometry, |g| g.launch())
     }
 
     /// Whether a capture is in progress (then `execute` is refused).

@@ -105,20 +105,28 @@ fn metrics(name: &str, test: &[Vec<f32>], base: &[Vec<f32>]) -> Report {
     Report { name: name.to_string(), rows: test.len(), argmax: agree as f64 / test.len().max(1) as f64, min_pearson: min_r, max_abs }
 }
 
-/// A runner of `path` on one die; `Ok(None)` when the file is not a model.
-fn runner(path: &Path, dev: Device, backend: Arc<dyn Backend>) -> Result<Option<Runner>, String> {
+/// The dies a runner gets and where the layers go.
+type Dies = (Vec<Die>, Placement);
+
+/// Everything on one die.
+fn one(device: Device, backend: Arc<dyn Backend>) -> Dies {
+    (vec![Die { device, backend }], Placement::single(device))
+}
+
+/// A runner of `path` on `dies`; `Ok(None)` when the file is not a model.
+fn runner(path: &Path, (dies, place): Dies) -> Result<Option<Runner>, String> {
     let g = Arc::new(Gguf::open(path).map_err(|e| format!("open: {e}"))?);
     let Ok(m) = pn_models::load(&g) else { return Ok(None) };
-    let die = Die { device: dev, backend };
-    Runner::with_dies(m, g, vec![die], Placement::single(dev)).map(Some).map_err(|e| format!("runner on {dev}: {e}"))
+    let names: Vec<String> = dies.iter().map(|d| d.device.to_string()).collect();
+    Runner::with_dies(m, g, dies, place).map(Some).map_err(|e| format!("runner on {}: {e}", names.join(",")))
 }
 
 /// The prompt's logits (every position) then `DECODE` greedy steps, both runners fed the
 /// same tokens (the base's choices). `Ok(None)`: not a model.
-fn compare(path: &Path, test: (Device, Arc<dyn Backend>), base: (Device, Arc<dyn Backend>)) -> Result<Option<Report>, String> {
+fn compare(path: &Path, test: Dies, base: Dies) -> Result<Option<Report>, String> {
     let name = path.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
-    let Some(rb) = runner(path, base.0, base.1)? else { return Ok(None) };
-    let rt = runner(path, test.0, test.1)?.ok_or("loads on one die but not the other")?;
+    let Some(rb) = runner(path, base)? else { return Ok(None) };
+    let rt = runner(path, test)?.ok_or("loads on one die but not the other")?;
     let v = rb.model().n_vocab();
     let prompt: Vec<u32> = (0..PROMPT).map(|i| ((i * 7919 + 13) % v.saturating_sub(8).max(1)) as u32).collect();
     let max_seq = PROMPT + DECODE + 8;
@@ -139,7 +147,7 @@ fn compare(path: &Path, test: (Device, Arc<dyn Backend>), base: (Device, Arc<dyn
 }
 
 /// Compare on every model file; print one line each; the failures.
-fn compare_all(test: &dyn Fn() -> (Device, Arc<dyn Backend>), label: &str) -> Vec<String> {
+fn compare_all(test: &dyn Fn() -> Dies, label: &str) -> Vec<String> {
     let files = model_files();
     assert!(!files.is_empty(), "no model files found: set PN_E2E_MODELS (checked {:?})", std::env::var("PN_E2E_MODELS"));
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(16));
@@ -148,7 +156,7 @@ fn compare_all(test: &dyn Fn() -> (Device, Arc<dyn Backend>), label: &str) -> Ve
     let mut failures = Vec::new();
     let (mut n, t0) = (0, std::time::Instant::now());
     for f in &files {
-        match compare(f, test(), (Device::cpu(0), cpu.clone())) {
+        match compare(f, test(), one(Device::cpu(0), cpu.clone())) {
             Ok(Some(r)) => {
                 n += 1;
                 println!("  {}", r.line());
@@ -170,21 +178,30 @@ fn compare_all(test: &dyn Fn() -> (Device, Arc<dyn Backend>), label: &str) -> Ve
 
 #[test]
 fn cuda_matches_cpu_on_every_fixture() {
-    let cuda: Arc<dyn Backend> = match CudaBackend::new(0) {
-        Ok(b) => Arc::new(b),
-        Err(e) => {
-            println!("no CUDA device: skipped ({e})");
-            return;
-        }
-    };
-    let failures = compare_all(&|| (Device::cuda(0), cuda.clone()), "cuda:0");
+    let Some(b) = pn_cuda::start::for_test(0, "cuda_matches_cpu_on_every_fixture") else { return };
+    let cuda: Arc<dyn Backend> = Arc::new(b);
+    let failures = compare_all(&|| one(Device::cuda(0), cuda.clone()), "cuda:0");
     assert!(failures.is_empty(), "CUDA vs CPU failed on:\n{}", failures.join("\n"));
+}
+
+/// The split on one GPU: layers [0, n/2) on die cuda:0, the rest on die cuda:1, both
+/// backends on device 0 (two streams, one context): the die-to-die copy path and the
+/// two-phase step run on a one-GPU machine.
+#[test]
+fn cuda_split_on_one_device_matches_cpu() {
+    let Some(a) = pn_cuda::start::for_test(0, "cuda_split_on_one_device_matches_cpu") else { return };
+    let b = CudaBackend::on_device(1, 0).expect("a second backend on device 0");
+    let (a, b): (Arc<dyn Backend>, Arc<dyn Backend>) = (Arc::new(a), Arc::new(b));
+    let (da, db) = (Device::cuda(0), Device::cuda(1));
+    let dies = || (vec![Die { device: da, backend: a.clone() }, Die { device: db, backend: b.clone() }], Placement::two(da, db));
+    let failures = compare_all(&dies, "cuda:0+cuda:1 on device 0");
+    assert!(failures.is_empty(), "CUDA split vs CPU failed on:\n{}", failures.join("\n"));
 }
 
 /// The same harness with the reference backend in CUDA's place: runs everywhere.
 #[test]
 fn harness_runs_without_a_device() {
-    let failures = compare_all(&|| (Device::cpu(0), Arc::new(ReferenceBackend) as Arc<dyn Backend>), "reference");
+    let failures = compare_all(&|| one(Device::cpu(0), Arc::new(ReferenceBackend) as Arc<dyn Backend>), "reference");
     assert!(failures.is_empty(), "reference vs CPU failed on:\n{}", failures.join("\n"));
 }
 

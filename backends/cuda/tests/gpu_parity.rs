@@ -21,15 +21,23 @@ mod state;
 #[path = "gpu_parity/resident.rs"]
 mod resident;
 
+/// The device backend, started once. Without a device: None, after one skip line; with
+/// `PN_REQUIRE_CUDA=1` a failed start fails every test that asks, with the error.
 fn cuda() -> Option<&'static CudaBackend> {
-    static B: OnceLock<Result<CudaBackend, String>> = OnceLock::new();
-    match B.get_or_init(|| CudaBackend::new(0).map_err(|e| e.to_string())) {
-        Ok(b) => Some(b),
-        Err(e) => {
-            static SAID: std::sync::Once = std::sync::Once::new();
-            SAID.call_once(|| println!("no GPU ({e}): CUDA cases skipped, the harness runs against the reference backend"));
+    use pn_cuda::start::{decide, required, Outcome};
+    static B: OnceLock<Result<CudaBackend, pn_cuda::CudaError>> = OnceLock::new();
+    static SAID: std::sync::Once = std::sync::Once::new();
+    let started = B.get_or_init(|| CudaBackend::new(0)).as_ref().map_err(Clone::clone);
+    match decide(started, |b| b.describe(), required(), "gpu_parity") {
+        Outcome::Present(b, line) => {
+            SAID.call_once(|| println!("{line}"));
+            Some(b)
+        }
+        Outcome::Skip(line) => {
+            SAID.call_once(|| println!("{line}: the harness runs against the reference backend"));
             None
         }
+        Outcome::Fail(msg) => panic!("{msg}"),
     }
 }
 
@@ -387,7 +395,9 @@ fn rope_neox_and_imrope() {
     for t in [1, 7] {
         let x = t32(Shape::d3(128, 4, t), &mut rng, 1.0);
         let pos = Tensor::i32(Shape::d1(t), (0..t as i32).map(|p| 3 + 50 * p).collect());
+        let ff = Tensor::f32(Shape::d1(32), (0..32).map(|i| 1.0 + (i % 7) as f32).collect());
         for mode in [
+            RopeMode::Normal,
             RopeMode::Neox,
             RopeMode::IMRope {
                 sections: [11, 11, 10, 0],
@@ -403,6 +413,13 @@ fn rope_neox_and_imrope() {
                 &format!("Rope {mode:?} T={t}"),
                 &op,
                 &[Value::Act(&x), Value::Act(&pos)],
+                None,
+                1e-10,
+            );
+            both(
+                &format!("Rope {mode:?} T={t} freq factors"),
+                &op,
+                &[Value::Act(&x), Value::Act(&pos), Value::Act(&ff)],
                 None,
                 1e-10,
             );

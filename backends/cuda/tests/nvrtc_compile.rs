@@ -2,7 +2,11 @@
 //! - `kernel_table_matches_files` / `no_device_is_a_clear_error` always run;
 //! - `every_kernel_compiles` (ignored; run by tools/nvrtc-check.sh with libnvrtc on
 //!   LD_LIBRARY_PATH) compiles every kernel file with NVRTC for sm_80 and sm_90 and
-//!   fails on any error or warning (a non-empty NVRTC log) or a missing kernel.
+//!   fails on any error or warning (a non-empty NVRTC log) or a missing kernel;
+//! - `cubin_cache_complete` (ignored; run by `tools/gpu-check.sh bundle`) fails unless
+//!   `$PN_CUDA_CACHE` holds, for every architecture of `$PN_CUBIN_ARCHS` (default sm_90),
+//!   the CUBIN of every module under the name this build looks for, with every kernel in
+//!   it: the device then needs no NVRTC.
 
 use pn_cuda::kernels::{self, FORMATS, MODULES};
 use std::collections::BTreeSet;
@@ -67,6 +71,52 @@ fn no_device_is_a_clear_error() {
     }
 }
 
+/// The kernels of `m` whose names (NUL-terminated symbols) are not in `cubin`.
+fn missing_kernels(m: &kernels::Module, cubin: &[u8]) -> Vec<&'static str> {
+    m.entries
+        .iter()
+        .copied()
+        .filter(|e| {
+            !cubin
+                .windows(e.len() + 1)
+                .any(|w| &w[..e.len()] == e.as_bytes() && w[e.len()] == 0)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "checks a CUBIN cache ($PN_CUDA_CACHE; tools/gpu-check.sh bundle)"]
+fn cubin_cache_complete() {
+    assert!(
+        std::env::var_os("PN_CUDA_CACHE").is_some(),
+        "set PN_CUDA_CACHE to the cache to check"
+    );
+    let archs = std::env::var("PN_CUBIN_ARCHS").unwrap_or_else(|_| "sm_90".into());
+    let mut failures = Vec::new();
+    for arch in archs.split(',').map(str::trim).filter(|a| !a.is_empty()) {
+        for m in MODULES {
+            let p = kernels::cache_path(m, arch);
+            match std::fs::read(&p) {
+                Ok(b) if b.is_empty() => failures.push(format!("{}: empty", p.display())),
+                Ok(b) => {
+                    let missing = missing_kernels(m, &b);
+                    if missing.is_empty() {
+                        println!("ok  {arch}  {}", p.display());
+                    } else {
+                        failures.push(format!("{}: kernels missing {missing:?}", p.display()));
+                    }
+                }
+                Err(e) => failures.push(format!("{} {arch}: {} ({e})", m.file, p.display())),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "CUBIN cache incomplete (the device would need NVRTC):\n{}",
+        failures.join("\n")
+    );
+}
+
 #[test]
 #[ignore = "needs libnvrtc (tools/nvrtc-check.sh)"]
 fn every_kernel_compiles() {
@@ -85,15 +135,7 @@ fn every_kernel_compiles() {
                     failures.push(format!("{} {arch}: warnings:\n{}", m.file, c.log))
                 }
                 Ok(c) => {
-                    let missing: Vec<_> = m
-                        .entries
-                        .iter()
-                        .filter(|e| {
-                            !c.cubin
-                                .windows(e.len() + 1)
-                                .any(|w| &w[..e.len()] == e.as_bytes() && w[e.len()] == 0)
-                        })
-                        .collect();
+                    let missing = missing_kernels(m, &c.cubin);
                     if !missing.is_empty() {
                         failures.push(format!(
                             "{} {arch}: kernels missing from the CUBIN: {missing:?}",

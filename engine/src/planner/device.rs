@@ -89,7 +89,7 @@ pub enum PlacementError {
     BadSplit { var: String, found: String },
     #[error("split layer: expected a value in 1..=n_layer (layers [0, split) on die A), found 0")]
     SplitZero,
-    #[error("dies: expected two different dies, found {0} twice")]
+    #[error("dies: expected two different dies, found {0} twice (two dies on one GPU: --dies cuda:0,cuda:1 with PN_CUDA_DEVICE_MAP=0,0)")]
     SameDie(String),
     #[error("dies: expected one or two dies (die A, die B), found {0}")]
     TooManyDies(usize),

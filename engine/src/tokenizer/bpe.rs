@@ -4,6 +4,9 @@
 //! ids, other merge operands/results get ids from `n_vocab` up. Merge rules are a hash
 //! map `(left id, right id) -> (rank, result id)`; a word is merged with a binary heap
 //! ordered by (rank, left position), exactly llama.cpp's `llm_bigram_bpe::comparator`.
+//! Byte-level vocabularies start from one symbol per byte (its GPT-2 character); raw
+//! ones (gemma4: UTF-8 token texts, `▁` for spaces) from one symbol per character,
+//! with `<0xXX>` tokens for the bytes of what does not end as a token.
 
 use super::TokenizerError;
 use std::cmp::Reverse;
@@ -84,7 +87,19 @@ pub struct Bpe {
     extra: Vec<String>,
     /// Vocabulary id of each one-byte ASCII string (llama.cpp's per-byte fallback).
     ascii_tok: [Option<u32>; 128],
+    /// Raw (not byte-encoded) vocabularies: the id of every interned one-character
+    /// string and the `<0xXX>` byte tokens.
+    raw: Option<Raw>,
 }
+
+struct Raw {
+    char_id: HashMap<char, u32>,
+    byte_tok: [Option<u32>; 256],
+}
+
+/// Ids from here up name characters of a word that no token or merge contains
+/// (`BpeScratch::unknown`).
+const UNKNOWN_BASE: u32 = u32::MAX / 2;
 
 #[derive(Clone, Copy)]
 struct Sym {
@@ -101,6 +116,8 @@ type Bigram = (u32, u32, u32, u32, u32, u32);
 pub struct BpeScratch {
     syms: Vec<Sym>,
     heap: BinaryHeap<Reverse<Bigram>>,
+    unknown: Vec<char>,
+    ids: Vec<u32>,
 }
 
 impl Bpe {
@@ -167,7 +184,32 @@ impl Bpe {
             byte_sym,
             extra,
             ascii_tok,
+            raw: None,
         })
+    }
+
+    /// A raw-UTF-8 vocabulary (no byte-level encoding of token texts).
+    pub fn new_raw(token_to_id: &HashMap<String, u32>, n_vocab: u32, merges: &[String]) -> Result<Bpe, TokenizerError> {
+        let mut b = Bpe::new(token_to_id, n_vocab, merges)?;
+        let mut char_id = HashMap::new();
+        let one_char = |s: &str| {
+            let mut c = s.chars();
+            c.next().filter(|_| c.next().is_none())
+        };
+        for (t, &id) in token_to_id {
+            char_id.extend(one_char(t).map(|c| (c, id)));
+        }
+        for (i, t) in b.extra.iter().enumerate() {
+            if let Some(c) = one_char(t) {
+                char_id.entry(c).or_insert(n_vocab + i as u32);
+            }
+        }
+        let mut byte_tok = [None; 256];
+        for (v, slot) in byte_tok.iter_mut().enumerate() {
+            *slot = token_to_id.get(&format!("<0x{v:02X}>")).copied();
+        }
+        b.raw = Some(Raw { char_id, byte_tok });
+        Ok(b)
     }
 
     #[inline]
@@ -175,21 +217,40 @@ impl Bpe {
         self.merges.get(&(((l as u64) << 32) | r as u64)).copied()
     }
 
+    /// `s.ids`: one symbol id per byte (byte-level) or per character (raw).
+    fn initial_ids(&self, word: &[u8], s: &mut BpeScratch) {
+        s.ids.clear();
+        let Some(raw) = &self.raw else {
+            s.ids.extend(word.iter().map(|&b| self.byte_sym[b as usize]));
+            return;
+        };
+        s.unknown.clear();
+        for c in String::from_utf8_lossy(word).chars() {
+            let id = raw.char_id.get(&c).copied().unwrap_or_else(|| {
+                s.unknown.push(c);
+                UNKNOWN_BASE + s.unknown.len() as u32 - 1
+            });
+            s.ids.push(id);
+        }
+    }
+
     /// Tokenizes one pre-tokenizer piece (raw bytes) and appends the ids to `out`.
     pub fn encode_word(&self, word: &[u8], s: &mut BpeScratch, out: &mut Vec<u32>) {
-        if word.len() == 1 {
-            self.push_sym(self.byte_sym[word[0] as usize], out);
+        if word.len() == 1 && self.raw.is_none() {
+            self.push_sym(self.byte_sym[word[0] as usize], &[], out);
             return;
         }
+        self.initial_ids(word, s);
+        let ids = &s.ids;
         let syms = &mut s.syms;
         let heap = &mut s.heap;
         syms.clear();
         heap.clear();
-        let n = word.len();
-        for (i, &b) in word.iter().enumerate() {
+        let n = ids.len();
+        for (i, &id) in ids.iter().enumerate() {
             let next = if i + 1 == n { -1 } else { i as i32 + 1 };
             syms.push(Sym {
-                id: self.byte_sym[b as usize],
+                id,
                 prev: i as i32 - 1,
                 next,
             });
@@ -227,27 +288,35 @@ impl Bpe {
                 }
             }
         }
-        let mut i = 0i32;
+        let mut i = if n == 0 { -1 } else { 0 };
         while i >= 0 {
             let sym = syms[i as usize];
-            self.push_sym(sym.id, out);
+            self.push_sym(sym.id, &s.unknown, out);
             i = sym.next;
         }
     }
 
     /// Appends a final symbol: its vocabulary id, or llama.cpp's per-byte fallback
-    /// (one-byte strings of the symbol's text that exist in the vocabulary).
+    /// (byte-level: the one-byte strings of the symbol's text that exist in the
+    /// vocabulary; raw: the `<0xXX>` tokens of its bytes).
     #[inline]
-    fn push_sym(&self, id: u32, out: &mut Vec<u32>) {
+    fn push_sym(&self, id: u32, unknown: &[char], out: &mut Vec<u32>) {
         if id < self.n_vocab {
             out.push(id);
             return;
         }
-        let text = &self.extra[(id - self.n_vocab) as usize];
+        let mut buf = [0u8; 4];
+        let text: &str = if id >= UNKNOWN_BASE {
+            unknown[(id - UNKNOWN_BASE) as usize].encode_utf8(&mut buf)
+        } else {
+            &self.extra[(id - self.n_vocab) as usize]
+        };
         for &b in text.as_bytes() {
-            if let Some(t) = self.ascii_tok.get(b as usize).copied().flatten() {
-                out.push(t);
-            }
+            let t = match &self.raw {
+                Some(r) => r.byte_tok[b as usize],
+                None => self.ascii_tok.get(b as usize).copied().flatten(),
+            };
+            out.extend(t);
         }
     }
 }

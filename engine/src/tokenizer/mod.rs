@@ -1,4 +1,5 @@
-//! Byte-level BPE tokenizer built from GGUF metadata (spec §9.2), exactly llama.cpp's.
+//! Byte-level BPE (`gpt2`) and SentencePiece (`llama`) tokenizers built from GGUF
+//! metadata (spec §9.2), exactly llama.cpp's.
 //!
 //! CONTRACT (used by the CLI; keep these signatures):
 //! - `Tokenizer::from_gguf(&Gguf) -> Result<Tokenizer, TokenizerError>`
@@ -11,17 +12,23 @@
 //! Encoding follows llama.cpp: special tokens are split out of the text first
 //! (`tokenizer_st_partition`: longest first; control/unknown tokens only when
 //! `parse_special`, user-defined tokens always), the remaining text is split by the
-//! pre-tokenizer ([`pretok`]), and each piece is merged by [`bpe`].
+//! pre-tokenizer ([`pretok`]), and each piece is merged by [`bpe`]. SentencePiece
+//! vocabularies skip the pre-tokenizer: each text fragment gets a leading space when it
+//! starts the text or follows a special token (`add_space_prefix`), spaces become `▁`,
+//! and [`spm`] merges by score with byte fallback.
 
 pub mod bpe;
 pub mod pretok;
+mod load;
+mod pretok_regex;
+pub mod spm;
 mod stream;
 
 pub use pretok::PreTokenizer;
 pub use stream::StreamDecoder;
 
-use crate::gguf::{Gguf, MetaValue};
 use bpe::{Bpe, BpeScratch, FxBuild};
+use spm::Spm;
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use thiserror::Error;
@@ -35,7 +42,7 @@ pub enum TokenizerError {
         key: &'static str,
         expected: &'static str,
     },
-    #[error("tokenizer: unsupported tokenizer model `{found}` (tokenizer.ggml.model); supported: `gpt2` (byte-level BPE)")]
+    #[error("tokenizer: unsupported tokenizer model `{found}` (tokenizer.ggml.model); supported: `gpt2` (byte-level BPE), `llama` (SentencePiece)")]
     UnsupportedModel { found: String },
     #[error("tokenizer: the vocabulary is empty")]
     EmptyVocab,
@@ -57,10 +64,26 @@ pub mod token_type {
     pub const BYTE: i32 = 6;
 }
 
+/// The merge algorithm of a vocabulary (`tokenizer.ggml.model`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum VocabKind {
+    /// `gpt2`: byte-level BPE over pre-tokenizer pieces, merges by rank.
+    #[default]
+    Bpe,
+    /// `llama`: SentencePiece, merges by token score, `<0xXX>` byte fallback.
+    Spm,
+    /// `gemma4`: BPE by rank over raw UTF-8 (spaces as `▁`, no byte-level map),
+    /// pieces split at newline runs, `<0xXX>` byte fallback.
+    BpeRaw,
+}
+
 /// Plain data a tokenizer is built from (what `from_gguf` extracts).
 #[derive(Clone, Debug, Default)]
 pub struct TokenizerData {
+    pub kind: VocabKind,
     pub tokens: Vec<String>,
+    /// One per token (SentencePiece merge priority); empty means all 0.
+    pub scores: Vec<f32>,
     /// One per token; empty means all normal.
     pub token_types: Vec<i32>,
     pub merges: Vec<String>,
@@ -69,6 +92,8 @@ pub struct TokenizerData {
     pub eot: Option<u32>,
     pub pad: Option<u32>,
     pub add_bos: bool,
+    /// `tokenizer.ggml.add_space_prefix`; `None`: the kind's default (SentencePiece yes).
+    pub add_space_prefix: Option<bool>,
     /// `tokenizer.ggml.pre` ("qwen35", "qwen2", ...); empty = default.
     pub pre: String,
     pub chat_template: Option<String>,
@@ -115,11 +140,17 @@ const CACHE_MAX: usize = 1 << 16;
 type WordCache = HashMap<Box<[u8]>, Box<[u32]>, FxBuild>;
 
 pub struct Tokenizer {
+    kind: VocabKind,
     tokens: Vec<String>,
     types: Vec<i32>,
     token_to_id: HashMap<String, u32>,
     bpe: Bpe,
+    spm: Option<Spm>,
     pre: PreTokenizer,
+    /// llama3-style vocabularies: a piece that is a token is not merged (llama.cpp
+    /// `ignore_merges`).
+    ignore_merges: bool,
+    add_space_prefix: bool,
     /// Special tokens split out before BPE, longest text first.
     special: Vec<u32>,
     /// Decoded bytes of every token as llama.cpp's `token_to_piece(special=true)`.
@@ -145,120 +176,8 @@ impl std::fmt::Debug for Tokenizer {
     }
 }
 
-fn get_str(g: &Gguf, key: &'static str) -> Result<Option<String>, TokenizerError> {
-    match g.get(key) {
-        None => Ok(None),
-        Some(MetaValue::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(TokenizerError::WrongType {
-            key,
-            expected: "string",
-        }),
-    }
-}
-
-fn get_str_array(g: &Gguf, key: &'static str) -> Result<Option<Vec<String>>, TokenizerError> {
-    match g.get(key) {
-        None => Ok(None),
-        Some(MetaValue::Array(a)) => a
-            .iter()
-            .map(|v| match v {
-                MetaValue::String(s) => Ok(s.clone()),
-                _ => Err(TokenizerError::WrongType {
-                    key,
-                    expected: "array of strings",
-                }),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        Some(_) => Err(TokenizerError::WrongType {
-            key,
-            expected: "array of strings",
-        }),
-    }
-}
-
-fn as_i64(v: &MetaValue) -> Option<i64> {
-    Some(match *v {
-        MetaValue::U8(x) => x as i64,
-        MetaValue::I8(x) => x as i64,
-        MetaValue::U16(x) => x as i64,
-        MetaValue::I16(x) => x as i64,
-        MetaValue::U32(x) => x as i64,
-        MetaValue::I32(x) => x as i64,
-        MetaValue::U64(x) => x.min(i64::MAX as u64) as i64,
-        MetaValue::I64(x) => x,
-        _ => return None,
-    })
-}
-
-fn get_id(g: &Gguf, key: &'static str) -> Result<Option<u32>, TokenizerError> {
-    match g.get(key) {
-        None => Ok(None),
-        Some(v) => match as_i64(v) {
-            Some(x) if (0..=u32::MAX as i64).contains(&x) => Ok(Some(x as u32)),
-            Some(_) => Ok(None), // -1 and friends: "no such token"
-            None => Err(TokenizerError::WrongType {
-                key,
-                expected: "integer",
-            }),
-        },
-    }
-}
-
 impl Tokenizer {
-    /// Builds the tokenizer from `tokenizer.*` metadata (spec §9.2).
-    pub fn from_gguf(g: &Gguf) -> Result<Tokenizer, TokenizerError> {
-        let model = get_str(g, "tokenizer.ggml.model")?
-            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel { found: model });
-        }
-        let tokens = get_str_array(g, "tokenizer.ggml.tokens")?
-            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
-        let merges = get_str_array(g, "tokenizer.ggml.merges")?
-            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
-        let token_types = match g.get("tokenizer.ggml.token_type") {
-            None => Vec::new(),
-            Some(MetaValue::Array(a)) => a
-                .iter()
-                .map(|v| as_i64(v).map(|x| x as i32))
-                .collect::<Option<Vec<_>>>()
-                .ok_or(TokenizerError::WrongType {
-                    key: "tokenizer.ggml.token_type",
-                    expected: "array of integers",
-                })?,
-            Some(_) => {
-                return Err(TokenizerError::WrongType {
-                    key: "tokenizer.ggml.token_type",
-                    expected: "array of integers",
-                })
-            }
-        };
-        let add_bos = match g.get("tokenizer.ggml.add_bos_token") {
-            None => false,
-            Some(MetaValue::Bool(b)) => *b,
-            Some(_) => {
-                return Err(TokenizerError::WrongType {
-                    key: "tokenizer.ggml.add_bos_token",
-                    expected: "bool",
-                })
-            }
-        };
-        Tokenizer::new(TokenizerData {
-            tokens,
-            token_types,
-            merges,
-            bos: get_id(g, "tokenizer.ggml.bos_token_id")?,
-            eos: get_id(g, "tokenizer.ggml.eos_token_id")?,
-            eot: get_id(g, "tokenizer.ggml.eot_token_id")?,
-            pad: get_id(g, "tokenizer.ggml.padding_token_id")?,
-            add_bos,
-            pre: get_str(g, "tokenizer.ggml.pre")?.unwrap_or_default(),
-            chat_template: get_str(g, "tokenizer.chat_template")?,
-        })
-    }
-
-    /// Builds a gpt2-style byte-level BPE tokenizer from plain data.
+    /// Builds a tokenizer (byte-level BPE or SentencePiece, `d.kind`) from plain data.
     pub fn new(d: TokenizerData) -> Result<Tokenizer, TokenizerError> {
         let n = d.tokens.len();
         if n == 0 {
@@ -282,7 +201,12 @@ impl Tokenizer {
         for (i, t) in d.tokens.iter().enumerate() {
             token_to_id.insert(t.clone(), i as u32); // the last duplicate wins, like llama.cpp
         }
-        let bpe = Bpe::new(&token_to_id, n as u32, &d.merges)?;
+        let bpe = match d.kind {
+            VocabKind::BpeRaw => Bpe::new_raw(&token_to_id, n as u32, &d.merges)?,
+            _ => Bpe::new(&token_to_id, n as u32, &d.merges)?,
+        };
+        let text_tokens = d.kind != VocabKind::Bpe; // token texts are UTF-8 with ▁, bytes <0xXX>
+        let spm = (d.kind == VocabKind::Spm).then(|| Spm::new(&token_to_id, d.scores));
         let valid = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
         let (bos, eos, pad) = (valid(d.bos), valid(d.eos), valid(d.pad));
         let mut eot = valid(d.eot);
@@ -319,6 +243,10 @@ impl Tokenizer {
                 token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED => {
                     piece_data.extend_from_slice(t.as_bytes())
                 }
+                token_type::NORMAL if text_tokens => {
+                    piece_data.extend_from_slice(t.replace('\u{2581}', " ").as_bytes())
+                }
+                token_type::BYTE if text_tokens => piece_data.extend(Spm::byte_of(t)),
                 token_type::NORMAL => {
                     for c in t.chars() {
                         match c2b.get(c as usize) {
@@ -333,12 +261,20 @@ impl Tokenizer {
             }
             piece_off.push(piece_data.len().min(u32::MAX as usize) as u32);
         }
+        let pre = match d.kind {
+            VocabKind::BpeRaw => PreTokenizer::Newlines, // llama.cpp sets "gemma4" for the model
+            _ => PreTokenizer::from_name(&d.pre),
+        };
         Ok(Tokenizer {
+            kind: d.kind,
             tokens: d.tokens,
             types,
             token_to_id,
             bpe,
-            pre: PreTokenizer::from_name(&d.pre),
+            spm,
+            pre,
+            ignore_merges: d.kind == VocabKind::Bpe && pre == PreTokenizer::Llama3,
+            add_space_prefix: d.add_space_prefix.unwrap_or(d.kind == VocabKind::Spm),
             special,
             piece_data,
             piece_off,
@@ -374,6 +310,9 @@ impl Tokenizer {
     }
     pub fn pre_tokenizer(&self) -> PreTokenizer {
         self.pre
+    }
+    pub fn kind(&self) -> VocabKind {
+        self.kind
     }
     /// End of generation: eos, eot and `<|im_end|>`, `<|endoftext|>`, ... (llama.cpp's list).
     pub fn is_eog(&self, id: u32) -> bool {
@@ -413,15 +352,19 @@ impl Tokenizer {
         self.token_piece(id, false).to_vec()
     }
 
-    /// Lossy decode; control tokens render empty.
+    /// Lossy decode; control tokens render empty. With `add_space_prefix`
+    /// (SentencePiece), one leading space of the first token is dropped, like
+    /// llama.cpp's `llama_detokenize`.
     pub fn decode(&self, ids: &[u32]) -> String {
         self.decode_with(ids, DecodeOptions::default())
     }
 
     pub fn decode_with(&self, ids: &[u32], opts: DecodeOptions) -> String {
         let mut bytes = Vec::new();
-        for &id in ids {
-            bytes.extend_from_slice(self.token_piece(id, opts.special));
+        for (i, &id) in ids.iter().enumerate() {
+            let p = self.token_piece(id, opts.special);
+            let strip = i == 0 && self.add_space_prefix && p.first() == Some(&b' ');
+            bytes.extend_from_slice(&p[strip as usize..]);
         }
         String::from_utf8_lossy(&bytes).into_owned()
     }
@@ -431,6 +374,10 @@ impl Tokenizer {
     /// ids; user-defined tokens are always recognised.
     pub fn encode(&self, text: &str, parse_special: bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 1);
+        if let Some(spm) = &self.spm {
+            self.encode_spm(spm, text, parse_special, &mut out);
+            return out;
+        }
         let mut st = EncodeState {
             split: pretok::Splitter::default(),
             scratch: BpeScratch::default(),
@@ -438,11 +385,37 @@ impl Tokenizer {
         };
         for frag in self.partition(text, parse_special) {
             match frag {
+                Frag::Text(a, b) if self.kind == VocabKind::BpeRaw => {
+                    self.encode_text(&text[a..b].replace(' ', "\u{2581}"), &mut st, &mut out)
+                }
                 Frag::Text(a, b) => self.encode_text(&text[a..b], &mut st, &mut out),
                 Frag::Token(id) => out.push(id),
             }
         }
         out
+    }
+
+    /// SentencePiece: a space before fragments that start the text or follow a special
+    /// token (`add_space_prefix`), spaces escaped as `▁`, then merged by score.
+    fn encode_spm(&self, spm: &Spm, text: &str, parse_special: bool, out: &mut Vec<u32>) {
+        if text.is_empty() {
+            return; // no fragment at all, so no space prefix either
+        }
+        let mut after_special = true;
+        for frag in self.partition(text, parse_special) {
+            match frag {
+                Frag::Text(a, b) => {
+                    let prefix = if self.add_space_prefix && after_special { " " } else { "" };
+                    let escaped = format!("{prefix}{}", &text[a..b]).replace(' ', "\u{2581}");
+                    spm.encode(&escaped, &self.token_to_id, out);
+                    after_special = false;
+                }
+                Frag::Token(id) => {
+                    out.push(id);
+                    after_special = true;
+                }
+            }
+        }
     }
 
     /// `tokenizer_st_partition`: splits special token texts out of `text`.
@@ -493,6 +466,19 @@ impl Tokenizer {
         } = st;
         split.split(self.pre, text, |piece| {
             let w = piece.as_bytes();
+            // a piece that is a token as a whole: llama3's ignore_merges, gemma4's newline runs
+            if self.kind == VocabKind::BpeRaw && w.iter().all(|&b| b == b'\n') {
+                if let Some(&id) = self.token_to_id.get(piece) {
+                    out.push(id);
+                    return;
+                }
+            } else if self.ignore_merges && w.len() > 1 {
+                let encoded: String = w.iter().map(|&b| bpe::byte_to_char(b)).collect();
+                if let Some(&id) = self.token_to_id.get(&encoded) {
+                    out.push(id);
+                    return;
+                }
+            }
             if w.len() == 1 {
                 self.bpe.encode_word(w, scratch, out);
                 return;

@@ -14,6 +14,7 @@
 //! Character classes come from the Unicode general category (`unicode-general-category`)
 //! and Rust's `char::is_whitespace` (the same White_Space set as llama.cpp's table).
 
+use super::pretok_regex::{split_stages, Class, Rep, Stage};
 use unicode_general_category::{get_general_category, GeneralCategory as G};
 
 /// Which splitter a vocabulary uses (from `tokenizer.ggml.pre`).
@@ -27,7 +28,39 @@ pub enum PreTokenizer {
     Llama3,
     /// `gpt2` and the fallback for other values.
     Gpt2,
+    /// `falcon`: `[\p{P}\$\+<=>\^~\|`]+`, then gpt2, then `[0-9][0-9][0-9]`.
+    Falcon,
+    /// `starcoder`, `refact`, `command-r`, ...: `\p{N}`, then gpt2.
+    Starcoder,
+    /// `deepseek-llm`: newlines, explicit letter and punctuation ranges, trailing
+    /// spaces, CJK runs, `\p{N}+`.
+    DeepseekLlm,
+    /// `deepseek-coder`: newlines, `\s?\p{L}+`, `\s?\p{P}+`, CJK runs, `\p{N}`.
+    DeepseekCoder,
+    /// `gemma4`: `[^\n]+|[\n]+` (runs of newlines and of everything else).
+    Newlines,
 }
+
+const fn run(ws: bool, class: Class, rep: Rep) -> Stage {
+    Stage::Run { ws, class, rep }
+}
+const FALCON: &[Stage] = &[run(false, Class::PunctSymbols, Rep::Plus), Stage::Gpt2, run(false, Class::AsciiDigit, Rep::Exactly(3))];
+const STARCODER: &[Stage] = &[run(false, Class::Number, Rep::One), Stage::Gpt2];
+const DEEPSEEK_LLM: &[Stage] = &[
+    run(false, Class::CrLf, Rep::One),
+    run(true, Class::DeepseekLetters, Rep::Plus),
+    run(true, Class::DeepseekPunct, Rep::Plus),
+    Stage::TrailingWs,
+    run(false, Class::Cjk, Rep::Plus),
+    run(false, Class::Number, Rep::Plus),
+];
+const DEEPSEEK_CODER: &[Stage] = &[
+    run(false, Class::CrLf, Rep::One),
+    run(true, Class::Letter, Rep::Plus),
+    run(true, Class::Punct, Rep::Plus),
+    run(false, Class::Cjk, Rep::Plus),
+    run(false, Class::Number, Rep::One),
+];
 
 impl PreTokenizer {
     /// Maps a `tokenizer.ggml.pre` value to a splitter. Unknown values (and a missing
@@ -38,15 +71,21 @@ impl PreTokenizer {
             "qwen2" | "deepseek-r1-qwen" | "hunyuan" | "kimi-k2" => PreTokenizer::Qwen2,
             "llama3" | "llama-bpe" | "llama-v3" | "smaug-bpe" | "falcon3" | "pixtral" | "dbrx"
             | "seed-coder" => PreTokenizer::Llama3,
+            "falcon" => PreTokenizer::Falcon,
+            "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone"
+            | "minerva-7b" => PreTokenizer::Starcoder,
+            "deepseek-llm" => PreTokenizer::DeepseekLlm,
+            "deepseek-coder" => PreTokenizer::DeepseekCoder,
+            "gemma4" => PreTokenizer::Newlines,
             _ => PreTokenizer::Gpt2,
         }
     }
 }
 
-const LETTER: u8 = 1;
-const NUMBER: u8 = 2;
+pub(super) const LETTER: u8 = 1;
+pub(super) const NUMBER: u8 = 2;
 const MARK: u8 = 4;
-const WS: u8 = 8;
+pub(super) const WS: u8 = 8;
 /// Set for every code point inside the text (the C++ code's "flags != 0" test).
 const IN: u8 = 16;
 
@@ -86,10 +125,13 @@ fn flags_of(c: char) -> u8 {
     IN | cat | if c.is_whitespace() { WS } else { 0 }
 }
 
+/// A code point with its byte offset and flags.
+pub(super) type Cpt = (usize, char, u8);
+
 /// Reusable scratch space for splitting (code points with their byte offsets).
 #[derive(Default)]
 pub struct Splitter {
-    cpts: Vec<(usize, char, u8)>,
+    cpts: Vec<Cpt>,
 }
 
 impl Splitter {
@@ -114,6 +156,17 @@ impl Splitter {
             PreTokenizer::Qwen35 => split_llama3(cp, true, 1, &mut emit),
             PreTokenizer::Qwen2 => split_llama3(cp, false, 1, &mut emit),
             PreTokenizer::Llama3 => split_llama3(cp, false, 3, &mut emit),
+            PreTokenizer::Falcon => split_stages(FALCON, cp, &mut emit),
+            PreTokenizer::Starcoder => split_stages(STARCODER, cp, &mut emit),
+            PreTokenizer::DeepseekLlm => split_stages(DEEPSEEK_LLM, cp, &mut emit),
+            PreTokenizer::DeepseekCoder => split_stages(DEEPSEEK_CODER, cp, &mut emit),
+            PreTokenizer::Newlines => {
+                for p in 1..=n {
+                    if p == n || (cp[p].1 == '\n') != (cp[p - 1].1 == '\n') {
+                        emit(p);
+                    }
+                }
+            }
         }
     }
 }
@@ -222,7 +275,7 @@ fn split_llama3(
 }
 
 /// The GPT-2 state machine (`unicode_regex_split_custom_gpt2`).
-fn split_gpt2(cp: &[(usize, char, u8)], emit: &mut impl FnMut(usize)) {
+pub(super) fn split_gpt2(cp: &[Cpt], emit: &mut impl FnMut(usize)) {
     let n = cp.len();
     let flags = |p: usize| if p < n { cp[p].2 } else { 0 };
     let mut pos = 0;

@@ -57,6 +57,21 @@ impl Config {
         2 * self.n_k_heads * self.d_state + self.d_inner
     }
 
+    /// The gated attention's Q/K-norm → IMRoPE → attention settings.
+    pub fn attn(&self) -> crate::blocks::AttnDims {
+        crate::blocks::AttnDims {
+            n_embd: self.n_embd,
+            n_head: self.n_head,
+            n_head_kv: self.n_head_kv,
+            head_dim: self.head_dim,
+            n_rot: self.n_rot,
+            rope: pn_ops::RopeMode::IMRope { sections: self.rope_sections },
+            rope_base: self.rope_base,
+            rope_scale: self.rope_freq_scale,
+            eps: self.eps,
+        }
+    }
+
     pub fn from_gguf(g: &Gguf, arch: &str, moe: bool) -> Result<Config, ConfigError> {
         let m = Meta::new(g, arch);
         let n_layer_all = m.usize("block_count")?;

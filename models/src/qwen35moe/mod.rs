@@ -15,7 +15,7 @@ use crate::meta::ConfigError;
 use crate::weights::Weights;
 use pn_engine::graph::{GraphBuilder, GraphError, NodeId};
 use pn_engine::{Geometry, Gguf, LayerInfo, Model};
-use pn_ops::{BinaryOp, KvCache, KvType, LayerState, Op, RecurrentState, RopeMode, Shape, UnaryOp};
+use pn_ops::{BinaryOp, KvCache, KvType, LayerState, Op, RecurrentState, Shape, UnaryOp};
 
 /// The feed-forward flavour of a Qwen3.5 file.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -79,20 +79,8 @@ impl Qwen35 {
         let q = b.op(Op::Reshape(Shape::d3(d, h, t)), &[q], "Qcur_heads")?;
         let k = b.op(Op::Reshape(Shape::d3(d, hkv, t)), &[k], "Kcur_heads")?;
         let v = b.op(Op::Reshape(Shape::d3(d, hkv, t)), &[v], "Vcur")?;
-        // per-head RMSNorm before RoPE
-        let q = self.rms_norm(b, q, &Self::t(il, "attn_q_norm.weight"), d, "Qcur_normed")?;
-        let k = self.rms_norm(b, k, &Self::t(il, "attn_k_norm.weight"), d, "Kcur_normed")?;
-        let rope = Op::Rope {
-            n_rot: c.n_rot,
-            mode: RopeMode::IMRope { sections: c.rope_sections },
-            freq_base: c.rope_base,
-            freq_scale: c.rope_freq_scale,
-        };
-        let q = b.op(rope.clone(), &[q, pos], "Qcur")?;
-        let k = b.op(rope, &[k, pos], "Kcur")?;
-        // softmax(q·Kᵀ/√D) V over the KV cache (K, V appended at their positions)
-        let scale = 1.0 / (d as f32).sqrt();
-        let o = b.op(Op::Attention { n_head: h, n_head_kv: hkv, head_dim: d, scale, state: il }, &[q, k, v, pos], "attn_pregate")?;
+        // per-head RMSNorm, IMRoPE, softmax(q·Kᵀ/√D) V over the KV cache
+        let o = blocks::qk_rope_attend(b, &self.w, il, (q, k, v), pos, &c.attn(), "attn_pregate")?;
         // o ⊙ sigmoid(gate), then W_o
         let g = b.op(Op::Unary(UnaryOp::Sigmoid), &[gate], "gate_sigmoid")?;
         let o = b.op(Op::Binary(BinaryOp::Mul), &[o, g], "attn_gated")?;

@@ -333,20 +333,26 @@ pub fn topk_before(a: (f32, usize), b: (f32, usize)) -> std::cmp::Ordering {
 
 /// RoPE angles for one position: `cs[2i] = cos θ_i`, `cs[2i+1] = sin θ_i` for the
 /// `n_rot/2` pairs (spec §4.3.3): θ built by the iterative f32 product from `(float)p`,
-/// then `freq_scale·θ` (ggml `rope_yarn` with ext_factor 0, mscale 1). IMRope picks the
+/// divided by the pair's freq factor when given, then `freq_scale·θ` (ggml
+/// `ggml_rope_cache_init` + `rope_yarn` with ext_factor 0, mscale 1). IMRope picks the
 /// section's source position: (p, p, p, 0) for text.
+#[allow(clippy::too_many_arguments)]
 pub fn rope_angles(
     op: &'static str,
     mode: crate::RopeMode,
     n_rot: usize,
     freq_base: f32,
     freq_scale: f32,
+    factors: Option<&[f32]>,
     p: i32,
     cs: &mut [f32],
 ) -> Result<(), OpError> {
     let theta_scale = freq_base.powf(-2.0f32 / n_rot as f32);
+    if factors.is_some_and(|f| f.len() < n_rot / 2) {
+        return Err(OpError::Invalid { op, msg: format!("expected {} freq factors", n_rot / 2) });
+    }
     let sect_sum: u32 = match mode {
-        crate::RopeMode::Neox => 0,
+        crate::RopeMode::Normal | crate::RopeMode::Neox => 0,
         crate::RopeMode::IMRope { sections } => {
             let s: u32 = sections.iter().sum();
             if s == 0 {
@@ -362,7 +368,7 @@ pub fn rope_angles(
     let mut theta_e = 0.0f32; // e = 0
     for i in 0..n_rot / 2 {
         let theta = match mode {
-            crate::RopeMode::Neox => theta_p,
+            crate::RopeMode::Normal | crate::RopeMode::Neox => theta_p,
             crate::RopeMode::IMRope { sections } => {
                 let sector = (i as u32) % sect_sum;
                 let pick_p = (sector % 3 == 1 && sector < 3 * sections[1])
@@ -375,7 +381,10 @@ pub fn rope_angles(
                 }
             }
         };
-        let th = freq_scale * theta;
+        let th = match factors {
+            Some(f) => freq_scale * (theta / f[i]),
+            None => freq_scale * theta,
+        };
         cs[2 * i] = th.cos();
         cs[2 * i + 1] = th.sin();
         theta_p *= theta_scale;
@@ -384,15 +393,21 @@ pub fn rope_angles(
     Ok(())
 }
 
-/// Rotate one head vector in place with NEOX pairing (i, i + n_rot/2); dims ≥ n_rot stay.
+/// Rotate one head vector in place: pair i is (2i, 2i+1) in `Normal` mode, else
+/// (i, i + n_rot/2) (NEOX pairing); dims ≥ n_rot stay.
 #[inline]
-pub fn rope_rotate(x: &mut [f32], n_rot: usize, cs: &[f32]) {
+pub fn rope_rotate(x: &mut [f32], n_rot: usize, mode: crate::RopeMode, cs: &[f32]) {
     let half = n_rot / 2;
+    let (step, off) = match mode {
+        crate::RopeMode::Normal => (2, 1),
+        _ => (1, half),
+    };
     for i in 0..half {
         let (c, s) = (cs[2 * i], cs[2 * i + 1]);
-        let a = x[i];
-        let b = x[i + half];
-        x[i] = a * c - b * s;
-        x[i + half] = a * s + b * c;
+        let j = i * step;
+        let a = x[j];
+        let b = x[j + off];
+        x[j] = a * c - b * s;
+        x[j + off] = a * s + b * c;
     }
 }

@@ -1,6 +1,7 @@
-//! Rotary embedding (spec §4.3.3): NEOX pairing, iterative f32 theta, IMRope sections.
+//! Rotary embedding (spec §4.3.3): normal or NEOX pairing, iterative f32 theta, optional
+//! per-pair freq factors, IMRope sections.
 
-use super::common::{act_f32, act_i32, out_f32, rope_angles, rope_rotate};
+use super::common::{act_f32, act_i32, f32_any, out_f32, rope_angles, rope_rotate};
 use crate::{OpError, RopeMode, Tensor, TensorMeta, Value};
 
 pub fn rope(
@@ -21,14 +22,18 @@ pub fn rope(
             msg: format!("{} positions for {t} tokens", pos.len()),
         });
     }
+    let factors = match ins.get(2) {
+        Some(v) => Some(f32_any(OP, v)?.0),
+        None => None,
+    };
     let mut y = x.to_vec();
     let mut cs = vec![0.0f32; n_rot];
     for bi in 0..b {
         for ti in 0..t {
-            rope_angles(OP, mode, n_rot, freq_base, freq_scale, pos[ti], &mut cs)?;
+            rope_angles(OP, mode, n_rot, freq_base, freq_scale, factors.as_deref(), pos[ti], &mut cs)?;
             for hi in 0..h {
                 let o = ((bi * t + ti) * h + hi) * d;
-                rope_rotate(&mut y[o..o + d], n_rot, &cs);
+                rope_rotate(&mut y[o..o + d], n_rot, mode, &cs);
             }
         }
     }

@@ -4,9 +4,9 @@
 //!
 //! Loop: take new jobs (bounded queue, counted by `Metrics::queue_depth`), drop the
 //! cancelled ones (client gone: its event channel is closed; deadline passed), admit
-//! waiting jobs while a slot is free (bound + prefilling ≤ slots), launch one decode step
-//! for every bound sequence, prefill one bounded chunk of the oldest admitted prompt while
-//! the step runs, reap the step and hand each sequence its logits row. A finished
+//! waiting jobs while a slot is free (bound + prefilling ≤ slots), run one decode step
+//! for every bound sequence and one bounded prefill pass of the oldest admitted prompt
+//! (overlapped with `async_steps`), hand each sequence its logits row. A finished
 //! sequence's answer goes out at once; its last token is fed in one more step so the
 //! prefix cache holds the whole turn (prompt + answer), then the slot is free.
 
@@ -44,6 +44,10 @@ pub struct ModelSpec {
     pub cache: PrefixCacheConfig,
     /// Prefill pass size (divides the cache interval).
     pub prefill_chunk: usize,
+    /// Run decode steps on the slots' worker thread, overlapping the next prefill pass
+    /// (off by default: on a 2-core CPU both compete for the same cores and the overlap
+    /// measured slower than running them one after the other).
+    pub async_steps: bool,
 }
 
 /// What the HTTP side knows of the loaded model.
@@ -140,6 +144,7 @@ struct Engine {
     cache: PrefixCache,
     state_cfg: StateConfig,
     chunk: usize,
+    async_steps: bool,
     spare: Vec<SeqState>,
     waiting: VecDeque<Box<Job>>,
     prefilling: VecDeque<(Seq, PrefillTask)>,
@@ -151,7 +156,7 @@ struct Engine {
 /// Build the engine for `spec` (memory ladders: KV format, then slots) and publish the
 /// model's info; returns the engine and the notes the ladders printed.
 fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<String>)> {
-    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk } = spec;
+    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps } = spec;
     let iv = cache.interval;
     if prefill_chunk == 0 || (iv > 0 && !iv.is_multiple_of(prefill_chunk)) {
         anyhow::bail!("--prefill-chunk: expected a divisor of the prefix-cache interval {iv}, found {prefill_chunk}");
@@ -176,6 +181,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         cache: PrefixCache::new(cache),
         state_cfg: state,
         chunk: prefill_chunk,
+        async_steps,
         spare: Vec::new(),
         waiting: VecDeque::new(),
         prefilling: VecDeque::new(),
@@ -348,12 +354,13 @@ impl Engine {
         }
     }
 
-    /// One decode step for the bound sequences, with one prefill chunk while it runs (a
-    /// prefill that completes binds its sequence for the next step).
+    /// One decode step for the bound sequences and one prefill pass: while the step runs
+    /// with async steps, after it otherwise (a prefill that completes binds its sequence
+    /// for the next step).
     fn iterate(&mut self) {
         let stepping = std::mem::take(&mut self.live);
         let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
-        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin(&self.runner, &batch).map(|_| true) };
+        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, self.async_steps).map(|_| true) };
         self.prefill_chunk();
         let res = match launched {
             Ok(true) => self.slots.step_wait(),

@@ -38,6 +38,7 @@ pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
         slots,
         cache: PrefixCacheConfig::default(),
         prefill_chunk: 256,
+        async_steps: false,
     }
 }
 

@@ -161,16 +161,9 @@ fn trace(
 #[test]
 fn resident_runner_on_a_device() {
     let mk = |graphs: bool| -> Option<Arc<CudaBackend>> {
-        match CudaBackend::new(0) {
-            Ok(mut b) => {
-                b.set_graphs(graphs);
-                Some(Arc::new(b))
-            }
-            Err(e) => {
-                println!("no CUDA device: resident runner test skipped ({e})");
-                None
-            }
-        }
+        let mut b = pn_cuda::start::for_test(0, "resident_runner_on_a_device")?;
+        b.set_graphs(graphs);
+        Some(Arc::new(b))
     };
     let Some(cuda) = mk(true) else { return };
     let nograph = mk(false).expect("a second backend on the same device");
