@@ -16,6 +16,7 @@ pub mod prompt;
 mod respond;
 mod routes;
 pub mod think;
+mod web;
 
 pub use engine::{ModelSpec, Shared};
 pub use error::ApiError;

@@ -38,6 +38,7 @@ pub fn router(s: Arc<Server>) -> Router {
     let mut r = Router::new()
         .merge(api)
         .route("/health", get(health))
+        .merge(crate::web::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(s.cfg.max_body))
