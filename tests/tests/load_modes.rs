@@ -50,3 +50,17 @@ fn load_modes_parse_and_reject_bad_input() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn copy_reports_bytes_read_and_mmap_reads_nothing() {
+    let path = fixture("ktiny-q4_k_m.gguf");
+    let len = std::fs::metadata(&path).unwrap().len();
+    let mut calls: Vec<(u64, u64)> = Vec::new();
+    let g = Gguf::open_with_progress(&path, LoadMode::Copy, &mut |done, total| calls.push((done, total))).expect("opens");
+    assert_eq!(g.file_bytes().len() as u64, len);
+    assert_eq!(calls.last(), Some(&(len, len)), "the last report is the whole file: {calls:?}");
+    assert!(calls.windows(2).all(|w| w[0].0 < w[1].0), "bytes read only grow: {calls:?}");
+    let mut mapped = 0;
+    Gguf::open_with_progress(&path, LoadMode::Mmap, &mut |_, _| mapped += 1).expect("opens");
+    assert_eq!(mapped, 0, "a memory map reads nothing up front");
+}

@@ -122,6 +122,11 @@ pub struct Loaded {
 
 /// The model file (loaded as `mode` says) or the built-in default model.
 pub fn open_gguf(model: Option<&Path>, mode: LoadMode) -> Result<(String, bool, Arc<Gguf>)> {
+    open_gguf_with_progress(model, mode, &mut |_, _| {})
+}
+
+/// `open_gguf`, reporting the bytes read so far (a `copy` load) to `progress`.
+fn open_gguf_with_progress(model: Option<&Path>, mode: LoadMode, progress: &mut dyn FnMut(u64, u64)) -> Result<(String, bool, Arc<Gguf>)> {
     match model {
         None => {
             let g = Gguf::from_static(DEFAULT_MODEL).context("the built-in default model")?;
@@ -131,7 +136,7 @@ pub fn open_gguf(model: Option<&Path>, mode: LoadMode) -> Result<(String, bool, 
             if p.is_dir() {
                 bail!("{}: expected a GGUF file, found a directory", p.display());
             }
-            let g = Gguf::open_with(p, mode).with_context(|| format!("cannot load model {}", p.display()))?;
+            let g = Gguf::open_with_progress(p, mode, progress).with_context(|| format!("cannot load model {}", p.display()))?;
             Ok((p.display().to_string(), false, Arc::new(g)))
         }
     }
@@ -157,7 +162,10 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     let size = o.model.as_deref().and_then(|p| std::fs::metadata(p).ok()).map_or(DEFAULT_MODEL.len() as u64, |m| m.len());
     let how = if mode == LoadMode::Mmap { "mapping" } else { "reading" };
     let pb = crate::progress::spinner(format!("{how} the model ({})", human_bytes(size)));
-    let (name, is_default, gguf) = open_gguf(o.model.as_deref(), mode)?;
+    // a copy load shows the bytes read so far
+    let (name, is_default, gguf) = open_gguf_with_progress(o.model.as_deref(), mode, &mut |done, len| {
+        pb.set_message(format!("{how} the model: {} of {}", human_bytes(done), human_bytes(len)));
+    })?;
     pb.set_message(format!("checking {} tensors", gguf.tensors.len()));
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
     check_split(o, &place, m.n_layer())?;

@@ -41,6 +41,12 @@ impl Gguf {
     /// Load and parse a GGUF file as `mode` says (a `Copy` that cannot get its memory
     /// falls back to the memory map).
     pub fn open_with(path: &Path, mode: LoadMode) -> Result<Gguf, GgufError> {
+        Gguf::open_with_progress(path, mode, &mut |_, _| {})
+    }
+
+    /// `open_with`, calling `progress(bytes_read, file_len)` as a `Copy` reads the file
+    /// (every 64 MiB and at the end); a memory map reads nothing up front.
+    pub fn open_with_progress(path: &Path, mode: LoadMode, progress: &mut dyn FnMut(u64, u64)) -> Result<Gguf, GgufError> {
         let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         let copy = match mode {
             LoadMode::Mmap => false,
@@ -48,7 +54,7 @@ impl Gguf {
             LoadMode::Auto => len > 0 && mem_available().is_some_and(|avail| len.saturating_mul(2) <= avail),
         };
         if copy && len > 0 {
-            if let Some(g) = Gguf::read_into_huge_pages(path, len)? {
+            if let Some(g) = Gguf::read_into_huge_pages(path, len, progress)? {
                 return Ok(g);
             }
         }
@@ -57,7 +63,7 @@ impl Gguf {
 
     /// The file read into anonymous memory advised for huge pages; None when that
     /// memory cannot be had (the caller maps the file instead).
-    fn read_into_huge_pages(path: &Path, len: u64) -> Result<Option<Gguf>, GgufError> {
+    fn read_into_huge_pages(path: &Path, len: u64, progress: &mut dyn FnMut(u64, u64)) -> Result<Option<Gguf>, GgufError> {
         use std::io::Read;
         let io = |err| GgufError::Io {
             path: path.display().to_string(),
@@ -67,7 +73,12 @@ impl Gguf {
         let Ok(mut m) = memmap2::MmapOptions::new().len(len).map_anon() else { return Ok(None) };
         // advice only: without THP the copy still works, in 4 KB pages
         let _ = m.advise(memmap2::Advice::HugePage);
-        std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut m[..])).map_err(io)?;
+        const CHUNK: usize = 64 << 20;
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        for (i, chunk) in m.chunks_mut(CHUNK).enumerate() {
+            f.read_exact(chunk).map_err(io)?;
+            progress((i * CHUNK + chunk.len()) as u64, len as u64);
+        }
         let m = m.make_read_only().map_err(io)?;
         Gguf::from_backing(Backing::Mmap(m)).map(Some)
     }
