@@ -138,7 +138,9 @@ impl PrefixCache {
         self.lookup_where(tokens, |_| true)
     }
 
-    fn lookup_where(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>)> {
+    /// `lookup` restricted to held prefixes whose length passes `ok` (e.g. only the
+    /// lengths where the caller's own prefill would cut a pass).
+    pub fn lookup_where(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>)> {
         let best = self
             .entries
             .iter_mut()

@@ -9,9 +9,7 @@
 //! boundary is a cut and a hit there evaluates the rest exactly as a cold prefill would.
 
 use pn_engine::prefix_cache::{PrefixCache, MIN_TAIL};
-use pn_engine::state::StateSnapshot;
 use pn_engine::{RunError, Runner, SeqState};
-use std::sync::Arc;
 
 pub struct PrefillTask {
     pub tokens: Vec<u32>,
@@ -30,17 +28,6 @@ fn cut(b: usize, end: usize, chunk: usize, ubatch: usize) -> bool {
     b.is_multiple_of(ubatch) || (b.is_multiple_of(chunk) && end - b >= MIN_TAIL)
 }
 
-/// The longest cached proper prefix of `tokens` whose length passes `ok` (the public-API
-/// form of the cache's own filtered lookup): the entry of length n is what
-/// `lookup(tokens[..=n])` returns when `tokens[..n]` is held.
-fn lookup_where(cache: &mut PrefixCache, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>)> {
-    let mut lens = cache.prefixes();
-    lens.sort_unstable_by(|a, b| b.cmp(a));
-    lens.dedup();
-    let n = lens.into_iter().find(|&n| n > 0 && n < tokens.len() && ok(n) && cache.contains(&tokens[..n]))?;
-    cache.lookup(&tokens[..=n])
-}
-
 impl PrefillTask {
     /// Start prefilling `tokens` into `st` (its content is discarded): restore the longest
     /// usable cached prefix. `chunk` ≥ 1 divides the cache's interval (checked by the
@@ -51,7 +38,7 @@ impl PrefillTask {
         let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
         let mut done = 0;
         if on {
-            if let Some((n, snap)) = lookup_where(cache, &tokens, |n| !on_iv(n) || cut(n, end, chunk, ub)) {
+            if let Some((n, snap)) = cache.lookup_where(&tokens, |n| n > 0 && (!on_iv(n) || cut(n, end, chunk, ub))) {
                 if st.restore(&snap).is_ok() {
                     done = n;
                 }
