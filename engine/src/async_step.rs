@@ -94,7 +94,7 @@ pub fn async_enabled() -> bool {
 /// contention (measured slower, docs/serving.md), so the step runs in the caller's
 /// thread unless `PN_ASYNC=1` asks otherwise.
 pub fn async_for(runner: &Runner) -> bool {
-    async_env().unwrap_or_else(|| runner.dies().iter().any(|d| d.backend.resident()))
+    async_env().unwrap_or_else(|| runner.dies().iter().any(|d| d.backend.memory() == crate::backend::Memory::Device))
 }
 
 impl Slots {

@@ -1,23 +1,31 @@
-//! The backend trait: something that can execute graph nodes.
+//! The backend protocol: ONE for every backend (docs/serving.md, docs/cuda.md).
 //!
-//! Two execution protocols (docs/cuda.md):
-//! - **host** (the default; CPU, reference): `execute` / `execute_into` take host tensors
-//!   and the host `LayerState`; the runner owns every buffer.
-//! - **resident** (`resident() == true`; a device backend such as CUDA): the backend keeps
-//!   the runner's buffer slots and the sequences' layer states in its own memory. The
-//!   runner reserves the slots once ([`Backend::reserve_slots`], worst-case bytes, so
-//!   buffers never move and a segment can be captured), uploads the graph inputs and
-//!   the values crossing into the die ([`Backend::upload`]), downloads what leaves it
-//!   (transfers to a host die, the graph output, observer copies: [`Backend::download`]),
-//!   runs ops on slot ids ([`Backend::execute_resident`]) and moves layer states
-//!   explicitly ([`Backend::state_upload`] / [`Backend::state_download`] /
-//!   [`Backend::state_release`], keyed by [`StateKey`]; crate::state::resident), resets
-//!   them in place ([`Backend::state_reset`]) and copies out only what a snapshot needs
-//!   ([`Backend::state_snapshot`]).
+//! A backend owns the buffers of the runner's memory plan on its die and the layer states
+//! it holds. Per runner it reserves the buffer slots once for the worst-case geometry
+//! ([`Backend::reserve`]: buffers never move, so a segment can be captured); per pass
+//! the runner uploads the graph inputs and the values arriving from another die
+//! ([`Backend::upload`], [`Backend::copy_from`] die to die), runs each segment through the
+//! [`Executable`] the backend compiled for it (once per geometry, [`Backend::compile`];
+//! CUDA graph capture is that executable's own business) and downloads the logits and the
+//! values leaving the die ([`Backend::download`]). Layer states move with a small set of
+//! [`StateOp`]s (new from a host copy / download / copy / reset / snapshot / release).
+//!
+//! Where a backend's memory is host memory ([`Memory::Host`]: CPU, reference, see
+//! [`host::HostKernels`]), uploads and downloads are plain copies and stateful ops compute
+//! on the sequences' host layer copies, handed over in the pass's sequence table
+//! ([`PassIo::layers`]); a device backend holds its own copies under [`StateKey`].
+
+pub mod host;
+pub mod op;
+
+pub use host::{HostKernels, HostMem};
+pub use op::{execute_op, new_arena};
 
 use crate::graph::Node;
-use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, SeqSpan, Tensor, TensorData, TensorMeta, Value, WeightView};
+use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, SeqSpan, Tensor, TensorData, TensorMeta, WeightView};
+use smallvec::SmallVec;
 use std::any::Any;
+use std::sync::Arc;
 
 /// A buffer slot of the runner's memory plan on one die. `arena` is unique per (runner,
 /// die); `class` / `slot` are the plan's (planner::program::CLASS_*, slot index).
@@ -44,7 +52,7 @@ pub struct SlotSpec {
     pub bytes: usize,
 }
 
-/// One layer state held by a resident backend: the sequence's [`crate::SeqState::id`]
+/// One layer state held by a device backend: the sequence's [`crate::SeqState::id`]
 /// (unique per state, never reused in a process) and the layer index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct StateKey {
@@ -52,7 +60,17 @@ pub struct StateKey {
     pub layer: u32,
 }
 
-/// An input of a resident op: a slot holding a value of `meta`, or a weight (zero-copy
+/// Where a backend's buffers and layer states live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// Host memory (CPU, reference): a copy to or from it is no host ↔ device traffic,
+    /// and stateful ops compute on the host layer copies ([`PassIo::layers`]).
+    Host,
+    /// The backend's own memory (a GPU): layer states are uploaded to it and stay there.
+    Device,
+}
+
+/// An input of an op on slots: a slot holding a value of `meta`, or a weight (zero-copy
 /// GGUF bytes; a device backend uploads and caches it once).
 #[derive(Clone, Copy, Debug)]
 pub enum ResidentInput<'a> {
@@ -60,10 +78,53 @@ pub enum ResidentInput<'a> {
     Weight(WeightView<'a>),
 }
 
-/// A segment about to run (or just run) on a resident die: hooks for CUDA graph capture.
-/// (`arena`, `n_tokens`, `all_logits`, `segment`) names one op list over fixed slots;
-/// `replay`: it ran before (`stable`: its geometry is fixed step to step, e.g. decode);
-/// the state keys and the uploaded inputs may differ between runs.
+/// An input of an [`OpCode`]: a slot, or weight `i` of the pass ([`PassIo::weights`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum OpInput {
+    Slot(SlotId, TensorMeta),
+    Weight(u32),
+}
+
+/// One op of a segment: its inputs, the slot its result of `meta` goes to (never an
+/// input), and the layer whose state it reads and updates (stateful ops).
+#[derive(Clone, Debug)]
+pub struct OpCode {
+    pub op: Op,
+    pub inputs: SmallVec<[OpInput; 6]>,
+    pub meta: TensorMeta,
+    pub out: SlotId,
+    pub state: Option<usize>,
+}
+
+impl OpCode {
+    /// The inputs with the pass's weights resolved.
+    pub fn resolve<'w>(&self, weights: &[WeightView<'w>]) -> SmallVec<[ResidentInput<'w>; 6]> {
+        self.inputs
+            .iter()
+            .map(|i| match *i {
+                OpInput::Slot(id, m) => ResidentInput::Slot(id, m),
+                OpInput::Weight(w) => ResidentInput::Weight(weights[w as usize]),
+            })
+            .collect()
+    }
+}
+
+/// A segment to compile: its ops over fixed slots of `arena`, for one geometry
+/// (`n_tokens`, `all_logits`); `stable`: the geometry is fixed step to step (decode), so
+/// a device may capture it once and replay it (the state keys and inputs change).
+#[derive(Clone, Debug)]
+pub struct SegmentCode {
+    pub arena: u64,
+    pub segment: usize,
+    pub n_tokens: usize,
+    pub all_logits: bool,
+    pub stable: bool,
+    pub ops: Vec<OpCode>,
+}
+
+/// A segment run on a device, for its capture hooks (CUDA, the mock): (`arena`,
+/// `n_tokens`, `all_logits`, `segment`) names one op list over fixed slots; `replay`: it
+/// ran before and is `stable`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SegmentRun {
     pub arena: u64,
@@ -74,9 +135,83 @@ pub struct SegmentRun {
     pub replay: bool,
 }
 
-/// The error of a resident-protocol method a backend does not implement.
-pub fn not_resident(backend: &str, what: &'static str) -> OpError {
-    OpError::Invalid { op: what, msg: format!("backend {backend} is not resident") }
+impl SegmentCode {
+    pub fn run_info(&self, replay: bool) -> SegmentRun {
+        SegmentRun {
+            arena: self.arena,
+            segment: self.segment,
+            n_tokens: self.n_tokens,
+            all_logits: self.all_logits,
+            stable: self.stable,
+            replay,
+        }
+    }
+}
+
+/// What one run of an [`Executable`] gets: the weights its ops name, the pass's sequence
+/// table (sequence `i` owns tokens `spans[i]`, token axis outermost; its state id
+/// `ids[i]`, its host layer copies `layers[i]`) and the per-op callbacks.
+pub struct PassIo<'p, 'l> {
+    pub weights: &'p [WeightView<'p>],
+    pub spans: &'p [SeqSpan],
+    pub ids: &'p [u64],
+    /// Host-memory backends compute stateful ops on these (the runner brought the layers
+    /// of this die home); a device backend uses `StateKey { seq: ids[i], layer }`.
+    pub layers: &'p mut [&'l mut [LayerState]],
+    /// After op `i` (PN_DEBUG=2 timings); may run on the backend's pass thread.
+    pub timing: Option<&'p mut (dyn FnMut(usize) + Send)>,
+    /// After op `i`, with its output as a host tensor (observers, PN_DEBUG=3); the
+    /// caller's thread.
+    pub observe: Option<&'p mut dyn FnMut(usize, &Tensor)>,
+}
+
+/// An executable's failure: at op `op` of its segment (None: the segment as a whole).
+#[derive(Debug)]
+pub struct ExecError {
+    pub op: Option<usize>,
+    pub source: OpError,
+}
+
+impl ExecError {
+    pub fn at(op: usize) -> impl FnOnce(OpError) -> ExecError {
+        move |source| ExecError { op: Some(op), source }
+    }
+    pub fn segment(source: OpError) -> ExecError {
+        ExecError { op: None, source }
+    }
+}
+
+/// A compiled segment. Results must be bitwise the reference kernels' and independent of
+/// the backend's thread count; each sequence's rows bitwise what it gives alone.
+pub trait Executable: Send + Sync {
+    fn run(&self, io: &mut PassIo<'_, '_>) -> Result<(), ExecError>;
+}
+
+/// A layer-state operation ([`Backend::state`]); only for a [`Memory::Device`] backend.
+pub enum StateOp<'a> {
+    /// Host → backend (a new state, or a restored one): from now on the backend's copy is
+    /// authoritative. The backend may overwrite the host copy's contents (a test backend
+    /// poisons it) but keeps its shape (`SeqState::bytes` reads it).
+    Upload(StateKey, &'a mut LayerState),
+    /// Backend → host copy (same shape); the backend's copy stays.
+    Download(StateKey, &'a mut LayerState),
+    /// A fork: state `.0` copied to a new key `.1` on the backend.
+    Copy(StateKey, StateKey),
+    /// In place, to what a fresh `LayerState` of its geometry holds (modes kept).
+    Reset(StateKey),
+    /// Only what [`LayerState::snapshot`]`(pos)` holds, bitwise that snapshot.
+    Snapshot(StateKey, usize),
+    /// Drop the backend's copy.
+    Release(StateKey),
+}
+
+/// A [`StateOp`]'s answer.
+#[derive(Debug)]
+pub enum StateReply {
+    Done,
+    /// Not supported (copy / reset / snapshot): the caller goes through the host.
+    Unsupported,
+    Snapshot(LayerSnapshot),
 }
 
 /// Whether a backend can run a node.
@@ -86,190 +221,62 @@ pub enum Support {
     No(String),
 }
 
-/// A backend executes nodes of a segment placed on its die.
-///
-/// `execute` gets the node's op, its inputs (activations or zero-copy weight views), the
-/// output meta from shape inference, and the layer state for stateful ops. Results must be
-/// bitwise independent of the backend's thread count.
-pub trait Backend: Send + Sync {
+/// A backend: its buffers, its layer states, compiled segments. (`Any`: a backend
+/// downcasts the source of a die-to-die copy to its own type.)
+pub trait Backend: Any + Send + Sync {
     fn name(&self) -> &str;
     fn supports(&self, node: &Node) -> Support;
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[Value<'_>],
-        out: &TensorMeta,
-        state: Option<&mut LayerState>,
-    ) -> Result<Tensor, OpError>;
-
-    /// Like [`Backend::execute`], but writes the result into `out`, a buffer the runner
-    /// keeps from step to step (a slot of the memory plan, reserved for the worst-case
-    /// geometry): a backend that writes there directly allocates nothing per op. `out`
-    /// never aliases an input. Default: `execute`, then [`store_into`].
-    fn execute_into(
-        &self,
-        op: &Op,
-        inputs: &[Value<'_>],
-        meta: &TensorMeta,
-        state: Option<&mut LayerState>,
-        out: &mut Tensor,
-    ) -> Result<(), OpError> {
-        store_into(out, self.execute(op, inputs, meta, state)?);
-        Ok(())
-    }
-
-    /// Runs `f` — the ops of one segment, each through `execute` / `execute_into` — as
-    /// one pass on this backend's threads (CPU: one `pool.install` for the segment
-    /// instead of a hand-off per op). Default: `f` on the caller's thread.
-    fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
-        f()
-    }
-
-    /// Runs the stateful `op` for every sequence of a pass in ONE call (decode slots,
-    /// mixed passes: crate::slots): `ins` hold all tokens, sequence `i` owns tokens
-    /// `seqs[i]` (the token axis outermost) and updates `states[i]`; every token's
-    /// output goes into `out` (`meta`: all tokens). Each row must be bitwise what
-    /// `execute` gives for that sequence alone. Default: one `execute` per sequence on
-    /// its slice ([`pn_ops::reference::seqs::per_sequence`]); the CPU runs all
-    /// sequences' (sequence, head) rows in one parallel loop.
-    fn execute_seqs(
-        &self,
-        op: &Op,
-        ins: &[Value<'_>],
-        meta: &TensorMeta,
-        seqs: &[SeqSpan],
-        states: &mut [&mut LayerState],
-        out: &mut Tensor,
-    ) -> Result<(), OpError> {
-        let exec = &mut |ins: &[Value<'_>], m: &TensorMeta, st: &mut LayerState| self.execute(op, ins, m, Some(st));
-        store_into(out, pn_ops::reference::seqs::per_sequence(op, ins, meta, seqs, states, exec)?);
-        Ok(())
-    }
-
-    // ---- resident protocol: the defaults say "not resident"; the runner calls the
-    // methods below only on a backend whose `resident()` is true. ----
-
-    /// Whether this backend keeps slots and layer states in its own memory.
-    fn resident(&self) -> bool {
-        false
-    }
-    /// `Some(self)` for a backend that can copy die-to-die from another instance of its
-    /// own type ([`Backend::copy_from`] downcasts the source with it).
-    fn as_any(&self) -> Option<&dyn Any> {
-        None
-    }
-    /// Reserve (or grow) buffer slots. Called before the first pass with every slot of
-    /// the worst-case geometry, later only for a slot a geometry outgrows.
-    fn reserve_slots(&self, _specs: &[SlotSpec]) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "reserve_slots"))
-    }
-    /// Free every slot of `arena` (the runner is dropped).
-    fn release_slots(&self, _arena: u64) {}
-    /// Host → slot (graph inputs, values arriving from a host die).
-    fn upload(&self, _slot: SlotId, _t: &Tensor) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "upload"))
-    }
+    /// Where its buffers and states live.
+    fn memory(&self) -> Memory;
+    /// Reserve (or grow) buffer slots: before the first pass every slot of the
+    /// worst-case geometry, later only a slot a geometry outgrows.
+    fn reserve(&self, specs: &[SlotSpec]) -> Result<(), OpError>;
+    /// Free every slot of `arena` (its runner is dropped).
+    fn release(&self, arena: u64);
+    /// Host → slot.
+    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError>;
     /// Slot → host: `out` gets the value of `meta` the slot holds (its buffer reused when
     /// it has room). Synchronous: the data is in `out` when it returns.
-    fn download(&self, _slot: SlotId, _meta: &TensorMeta, _out: &mut Tensor) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "download"))
-    }
-    /// Die-to-die copy of slot `from` of `src` (another die's backend) into `to`, without
-    /// the host. `Ok(false)`: not possible (e.g. another backend type); the runner then
-    /// downloads and uploads.
-    fn copy_from(&self, _src: &dyn Backend, _from: SlotId, _to: SlotId, _meta: &TensorMeta) -> Result<bool, OpError> {
-        Ok(false)
-    }
-    /// Runs `op` on slots: inputs from their slots (or weights), the result of `meta`
-    /// into slot `out` (never an input), `state` for stateful ops (held by this backend
-    /// since a [`Backend::state_upload`]). Results must be bitwise those of `execute`.
-    fn execute_resident(
-        &self,
-        _op: &Op,
-        _inputs: &[ResidentInput<'_>],
-        _meta: &TensorMeta,
-        _state: Option<StateKey>,
-        _out: SlotId,
-    ) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "execute_resident"))
-    }
-    /// The stateful `op` once per sequence (decode slots, crate::slots): sequence `i` owns
-    /// the next `lens[i]` tokens of every activation input (token axis outermost) and the
-    /// state `states[i]`; the outputs are concatenated into `out` (`meta`: all tokens).
-    /// Each row bitwise what the sequence gives alone ([`Backend::execute_seqs`] is the
-    /// host reference).
-    fn execute_multi_resident(
-        &self,
-        _op: &Op,
-        _inputs: &[ResidentInput<'_>],
-        _meta: &TensorMeta,
-        _states: &[StateKey],
-        _lens: &[usize],
-        _out: SlotId,
-    ) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "execute_multi_resident"))
-    }
-    /// Host → backend: from now on the backend's copy of `key` is authoritative. `st` is
-    /// the host copy; the backend may overwrite its contents (a test backend poisons it)
-    /// but must keep its shape (buffer lengths: `SeqState::bytes` reads them).
-    fn state_upload(&self, _key: StateKey, _st: &mut LayerState) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "state_upload"))
-    }
-    /// Backend → host: copies the backend's `key` into `st` (same shape). The backend's
-    /// copy stays; the caller releases it when the host becomes the owner.
-    fn state_download(&self, _key: StateKey, _st: &mut LayerState) -> Result<(), OpError> {
-        Err(not_resident(self.name(), "state_download"))
-    }
-    /// Copies state `from` to a new key `to` on the backend (a fork, `SeqState::clone`).
-    /// `Ok(false)`: not supported; the fork then goes through the host.
-    fn state_copy(&self, _from: StateKey, _to: StateKey) -> Result<bool, OpError> {
-        Ok(false)
-    }
-    /// Drops the backend's copy of `key` (the host owns it again, or the state is gone).
-    fn state_release(&self, _key: StateKey) {}
-    /// Resets the backend's copy of `key` in place to what a fresh `LayerState` of its
-    /// geometry holds (KV cells and shadows zero, conv window and ssm state zero; modes
-    /// kept): `SeqState::reset` without a host round trip, the backend stays the owner.
-    /// `Ok(false)`: not supported; the caller releases the copy and resets the host one.
-    fn state_reset(&self, _key: StateKey) -> Result<bool, OpError> {
-        Ok(false)
-    }
-    /// Copies out of the backend's `key` only what [`LayerState::snapshot`]`(pos)` holds
-    /// (the used KV cells `min(pos, capacity)` per head, the sink / window shadows a
-    /// later query can read, the whole recurrent state), bitwise that snapshot. The
-    /// backend's copy stays. `Ok(None)`: not supported; the caller downloads the whole
-    /// state ([`Backend::state_download`]) and snapshots the host copy.
-    fn state_snapshot(&self, _key: StateKey, _pos: usize) -> Result<Option<LayerSnapshot>, OpError> {
-        Ok(None)
-    }
-    /// Before a segment's ops on this die (CUDA: begin capture, or replay).
-    fn begin_segment(&self, _seg: &SegmentRun) -> Result<(), OpError> {
-        Ok(())
-    }
-    /// After a segment's ops (CUDA: end capture / launch the graph, record an event).
-    fn end_segment(&self, _seg: &SegmentRun) -> Result<(), OpError> {
-        Ok(())
-    }
+    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError>;
+    /// Die-to-die copy of slot `from` of `src` into `to`, without the host. `Ok(false)`:
+    /// not possible (another backend type); the runner then downloads and uploads.
+    fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError>;
+    /// Compiles a segment's ops (checked, bound to their slots) into what runs them.
+    fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError>;
+    /// A layer-state operation (a [`Memory::Device`] backend).
+    fn state(&self, op: StateOp<'_>) -> Result<StateReply, OpError>;
 }
 
-/// The pn-ops reference kernels as a backend (single-threaded; the oracle for parity tests).
+/// The pn-ops reference kernels as a backend (single-threaded; the oracle for parity
+/// tests), through the same protocol as every backend ([`HostKernels`]). Its buffers are
+/// in one process-wide [`HostMem`] (arena ids are unique per process).
 pub struct ReferenceBackend;
 
-impl Backend for ReferenceBackend {
-    fn name(&self) -> &str {
+static REFERENCE_MEM: HostMem = HostMem::new();
+
+impl HostKernels for ReferenceBackend {
+    fn label(&self) -> &str {
         "reference"
     }
-    fn supports(&self, _node: &Node) -> Support {
+    fn can_run(&self, _node: &Node) -> Support {
         Support::Yes
     }
-    fn execute(
+    fn mem(&self) -> &HostMem {
+        &REFERENCE_MEM
+    }
+    fn execute(&self, op: &Op, ins: &[pn_ops::Value<'_>], meta: &TensorMeta, state: Option<&mut LayerState>) -> Result<Tensor, OpError> {
+        pn_ops::reference::execute(op, ins, meta, state)
+    }
+    fn kernel_into(
         &self,
         op: &Op,
-        inputs: &[Value<'_>],
-        out: &TensorMeta,
+        ins: &[pn_ops::Value<'_>],
+        meta: &TensorMeta,
         state: Option<&mut LayerState>,
-    ) -> Result<Tensor, OpError> {
-        pn_ops::reference::execute(op, inputs, out, state)
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        store_into(out, pn_ops::reference::execute(op, ins, meta, state)?);
+        Ok(())
     }
 }
 
@@ -288,6 +295,23 @@ pub fn store_into(out: &mut Tensor, t: Tensor) {
             a.extend_from_slice(&b);
         }
         (_, data) => out.data = data,
+    }
+}
+
+/// `dst` = `src` in `dst`'s buffer when the element type matches (no reallocation within
+/// its capacity), else `src`'s data cloned.
+pub fn copy_tensor(dst: &mut Tensor, src: &Tensor) {
+    dst.shape = src.shape;
+    match (&mut dst.data, &src.data) {
+        (TensorData::F32(a), TensorData::F32(b)) => {
+            a.clear();
+            a.extend_from_slice(b);
+        }
+        (TensorData::I32(a), TensorData::I32(b)) => {
+            a.clear();
+            a.extend_from_slice(b);
+        }
+        (d, s) => *d = s.clone(),
     }
 }
 

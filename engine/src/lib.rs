@@ -26,8 +26,9 @@ pub mod testing;
 pub mod tokenizer;
 
 pub use backend::{
-    f32_out, i32_out, store_into, Backend, ReferenceBackend, ResidentInput, SegmentRun, SlotId, SlotSpec,
-    StateKey, Support,
+    copy_tensor, execute_op, f32_out, i32_out, store_into, Backend, ExecError, Executable, HostKernels, HostMem, Memory, OpCode,
+    OpInput, PassIo, ReferenceBackend, ResidentInput, SegmentCode, SegmentRun, SlotId, SlotSpec, StateKey, StateOp,
+    StateReply, Support,
 };
 pub use gguf::{Gguf, GgufError, LoadMode, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};

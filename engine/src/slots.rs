@@ -4,7 +4,7 @@
 //! A step of K slots runs the graph of geometry "K tokens, all logits" (cached like any
 //! other): every matmul streams its weights once for the K tokens and the MoE groups the
 //! K tokens by expert; each stateful op (those with [`Op::state`]: Attention,
-//! Conv1dCausal, DeltaRule) runs ONCE for all sequences ([`crate::Backend::execute_seqs`]:
+//! Conv1dCausal, DeltaRule) runs ONCE for all sequences ([`crate::HostKernels::kernel_seqs`] on the CPU:
 //! a sequence table of each one's tokens on the token axis, and each one's layer state;
 //! the CPU runs one parallel loop over the (sequence, head) rows of all of them).
 //! Positions are per token, each sequence's own, and every row is bitwise what the
@@ -298,7 +298,7 @@ impl Runner {
     /// sequence after sequence. The graph is the one of geometry `Σ tokens` with all
     /// logits (cached per geometry), so weights stream once and the MoE groups all tokens
     /// by expert; each stateful op runs for all the sequences in one backend call
-    /// ([`crate::Backend::execute_seqs`], a table of each one's tokens, its own state).
+    /// ([`crate::HostKernels::kernel_seqs`] on the CPU, a table of each one's tokens, its own state).
     /// Batch-invariant: a row is bitwise what [`Runner::forward`]
     /// gives for that sequence alone. No ubatch split: one pass holds all the tokens.
     pub fn forward_multi(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {

@@ -60,7 +60,7 @@ impl SeqState {
         SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error, res: resident::Residency::new() }
     }
     /// Back to a fresh sequence (overflow mode and KV format are kept). A device-owned
-    /// layer is reset in place where its backend can ([`crate::Backend::state_reset`]:
+    /// layer is reset in place where its backend can ([`crate::backend::StateOp::Reset`]:
     /// no host round trip, it stays there); otherwise its device copy is dropped, not
     /// read, and the host's fresh state is uploaded by the next pass.
     pub fn reset(&mut self) {
@@ -82,10 +82,10 @@ impl SeqState {
         self.sync()?;
         Ok(&self.layers)
     }
-    /// Layer `l`'s host copy for a host-die op (the runner brought it home first).
-    pub(crate) fn layer_mut(&mut self, l: usize) -> Option<&mut LayerState> {
-        debug_assert!(self.owner(l).is_none(), "layer {l} is on a resident backend");
-        self.layers.get_mut(l)
+    /// The host layer copies, for a host-memory die's ops (the runner brought that
+    /// die's layers home; the others' copies are stale and not touched there).
+    pub(crate) fn host_layers(&mut self) -> &mut [LayerState] {
+        &mut self.layers
     }
     /// Like [`SeqState::layers`], to modify them.
     pub fn layers_mut(&mut self) -> Result<&mut [LayerState], MoveError> {
@@ -134,7 +134,7 @@ impl SeqState {
     /// Copy of the state; costs the used cells, not `max_seq`. A layer a resident
     /// backend owns is copied from it (it stays there).
     /// Only the snapshot's part of a device-owned layer crosses to the host where its
-    /// backend can ([`crate::Backend::state_snapshot`]), else the whole layer.
+    /// backend can ([`crate::backend::StateOp::Snapshot`]), else the whole layer.
     pub fn snapshot(&self) -> Result<StateSnapshot, MoveError> {
         let layers = (0..self.layers.len()).map(|i| self.layer_snapshot(i)).collect::<Result<_, MoveError>>()?;
         Ok(StateSnapshot { pos: self.pos, max_seq: self.max_seq, overflow: self.overflow, layers })

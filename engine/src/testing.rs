@@ -1,19 +1,24 @@
-//! Test support, not API: [`ResidentMock`], a resident backend (crate::backend's resident
-//! protocol) over a host backend, with its own storage for slots and layer states.
+//! Test support, not API: [`ResidentMock`], a device backend ([`Memory::Device`] in
+//! crate::backend's protocol) over host kernels, with its own storage for slots and layer
+//! states.
 //!
 //! It stands in for a device backend in tests: every host ↔ "device" copy is counted
 //! ([`MockCounts`]); the host copy of a layer state it owns is poisoned (NaN / all-ones
 //! bytes, [`poison`]) so a path that reads host state without bringing it home gives
 //! NaN logits; slots must be reserved before use and never grow past the reservation
-//! (their buffers never move: [`MockCounts::moved_buffers`]); the host protocol
-//! (`execute`) is refused, so a resident die's op run through it is an error; failures
-//! can be injected ([`ResidentMock::fail_next`]).
+//! (their buffers never move: [`MockCounts::moved_buffers`]); failures can be injected
+//! ([`ResidentMock::fail_next`]).
 
-use crate::backend::{Backend, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
+use crate::backend::{
+    copy_tensor, Backend, ExecError, Executable, HostKernels, Memory, OpCode, PassIo, ResidentInput, SegmentCode,
+    SlotId, SlotSpec, StateKey, StateOp, StateReply, Support,
+};
 use crate::graph::Node;
-use pn_ops::{DType, LayerSnapshot, LayerState, Op, OpError, Shape, Tensor, TensorData, TensorMeta, Value};
+use pn_ops::{DType, LayerState, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, Value};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the mock did since creation (or [`ResidentMock::reset_counts`]).
@@ -53,7 +58,7 @@ pub enum Fail {
     Reserve,
     Upload,
     Download,
-    /// `execute_resident` / `execute_multi_resident` of this op kind.
+    /// An op of this kind in a segment's executable.
     Execute(&'static str),
     StateUpload,
     StateDownload,
@@ -71,14 +76,13 @@ struct Slot {
 struct Store {
     slots: HashMap<SlotId, Slot>,
     states: HashMap<StateKey, LayerState>,
-    open: Option<SegmentRun>,
     counts: MockCounts,
     fail: Option<Fail>,
 }
 
-/// A resident backend over `host` (e.g. `CpuBackend`): bitwise the host's results.
+/// A device backend over `host`'s kernels (e.g. `CpuBackend`): bitwise the host's results.
 pub struct ResidentMock {
-    host: Arc<dyn Backend>,
+    host: Arc<dyn HostKernels>,
     name: String,
     store: Mutex<Store>,
 }
@@ -120,23 +124,6 @@ pub fn poison(st: &mut LayerState) {
             r.ssm.fill(f32::NAN);
         }
         LayerState::None => {}
-    }
-}
-
-/// `dst` = `src` in `dst`'s buffer when the element type matches (no reallocation within
-/// its capacity), else `src`'s data cloned.
-fn copy_tensor(dst: &mut Tensor, src: &Tensor) {
-    dst.shape = src.shape;
-    match (&mut dst.data, &src.data) {
-        (TensorData::F32(a), TensorData::F32(b)) => {
-            a.clear();
-            a.extend_from_slice(b);
-        }
-        (TensorData::I32(a), TensorData::I32(b)) => {
-            a.clear();
-            a.extend_from_slice(b);
-        }
-        (d, s) => *d = s.clone(),
     }
 }
 
@@ -182,8 +169,8 @@ impl Store {
 }
 
 impl ResidentMock {
-    pub fn new(host: Arc<dyn Backend>) -> ResidentMock {
-        let name = format!("mock({})", host.name());
+    pub fn new(host: Arc<dyn HostKernels>) -> ResidentMock {
+        let name = format!("mock({})", host.label());
         ResidentMock { host, name, store: Mutex::new(Store::default()) }
     }
     fn lock(&self) -> MutexGuard<'_, Store> {
@@ -208,21 +195,12 @@ impl ResidentMock {
         self.lock().fail = Some(f);
     }
 
-    fn exec(
-        &self,
-        op: &Op,
-        inputs: &[ResidentInput<'_>],
-        meta: &TensorMeta,
-        keys: &[StateKey],
-        lens: Option<&[usize]>,
-        out: SlotId,
-    ) -> Result<(), OpError> {
+    /// One op: its states `keys` (one per sequence of `spans`; none for a stateless op).
+    fn exec(&self, oc: &OpCode, inputs: &[ResidentInput<'_>], keys: &[StateKey], spans: &[SeqSpan]) -> Result<(), OpError> {
+        let (op, meta, out) = (&oc.op, &oc.meta, oc.out);
         let mut g = self.lock();
         let s = &mut *g;
         s.fail(&Fail::Execute(op.kind()))?;
-        if s.open.is_none() {
-            return Err(err(format!("{} outside a segment", op.kind())));
-        }
         let mut o = s.slots.remove(&out).ok_or_else(|| err(format!("{out} (output) is not reserved")))?;
         let mut states = Vec::with_capacity(keys.len());
         let mut res = Ok(());
@@ -232,15 +210,15 @@ impl ResidentMock {
                 Err(e) => res = Err(e),
             }
         }
+        let multi = keys.len() > 1;
         if res.is_ok() {
-            res = inputs.iter().map(|i| s.input(i)).collect::<Result<Vec<_>, _>>().and_then(|vals| match lens {
-                None => {
-                    let st = states.first_mut().map(|(_, st)| st);
-                    self.host.execute_into(op, &vals, meta, st, &mut o.t)
-                }
-                Some(lens) => {
+            res = inputs.iter().map(|i| s.input(i)).collect::<Result<Vec<_>, _>>().and_then(|vals| {
+                if multi {
                     let mut refs: Vec<&mut LayerState> = states.iter_mut().map(|(_, st)| st).collect();
-                    self.host.execute_seqs(op, &vals, meta, &pn_ops::SeqSpan::table(lens), &mut refs, &mut o.t)
+                    self.host.kernel_seqs(op, &vals, meta, spans, &mut refs, &mut o.t)
+                } else {
+                    let st = states.first_mut().map(|(_, st)| st);
+                    self.host.kernel_into(op, &vals, meta, st, &mut o.t)
                 }
             });
         }
@@ -249,12 +227,99 @@ impl ResidentMock {
         }
         s.slots.insert(out, o);
         res?;
-        if lens.is_some() {
+        if multi {
             s.counts.multi_executes += 1;
         } else {
             s.counts.executes += 1;
         }
         s.written(out)
+    }
+
+    fn state_op(&self, op: StateOp<'_>) -> Result<StateReply, OpError> {
+        let mut s = self.lock();
+        let held = |k: &StateKey| err(format!("state {k:?} is not held"));
+        match op {
+            StateOp::Upload(key, st) => {
+                s.fail(&Fail::StateUpload)?;
+                s.states.insert(key, st.clone());
+                s.counts.state_uploads += 1;
+                s.counts.state_upload_bytes += st.bytes() as u64;
+                poison(st);
+            }
+            StateOp::Download(key, st) => {
+                s.fail(&Fail::StateDownload)?;
+                let src = s.states.get(&key).ok_or_else(|| held(&key))?;
+                if src.bytes() != st.bytes() {
+                    return Err(err(format!("state {key:?}: {} bytes held, the host copy has {}", src.bytes(), st.bytes())));
+                }
+                st.clone_from(src);
+                s.counts.state_downloads += 1;
+                s.counts.state_download_bytes += st.bytes() as u64;
+            }
+            StateOp::Copy(from, to) => {
+                let st = s.states.get(&from).ok_or_else(|| held(&from))?.clone();
+                s.states.insert(to, st);
+                s.counts.state_copies += 1;
+            }
+            // in place (the host copy stays poisoned: the mock still owns the state)
+            StateOp::Reset(key) => {
+                s.fail(&Fail::StateReset)?;
+                s.states.get_mut(&key).ok_or_else(|| held(&key))?.reset();
+                s.counts.state_resets += 1;
+            }
+            // only the snapshot's part crosses (its bytes are counted)
+            StateOp::Snapshot(key, pos) => {
+                s.fail(&Fail::StateSnapshot)?;
+                let snap = s.states.get(&key).ok_or_else(|| held(&key))?.snapshot(pos);
+                s.counts.state_snapshots += 1;
+                s.counts.state_snapshot_bytes += snap.bytes() as u64;
+                return Ok(StateReply::Snapshot(snap));
+            }
+            StateOp::Release(key) => {
+                if s.states.remove(&key).is_some() {
+                    s.counts.state_releases += 1;
+                }
+            }
+        }
+        Ok(StateReply::Done)
+    }
+}
+
+/// A segment on the mock: its ops in order; a stable segment that ran before counts as a
+/// replay (a device would replay its captured graph).
+struct MockExec {
+    mock: Arc<ResidentMock>,
+    seg: SegmentCode,
+    ran: AtomicBool,
+}
+
+impl Executable for MockExec {
+    fn run(&self, io: &mut PassIo<'_, '_>) -> Result<(), ExecError> {
+        let replay = self.seg.stable && self.ran.swap(true, Ordering::Relaxed);
+        {
+            let mut s = self.mock.lock();
+            s.counts.segments += 1;
+            s.counts.replays += replay as u64;
+        }
+        let mut keys: SmallVec<[StateKey; 16]> = SmallVec::new();
+        for (i, oc) in self.seg.ops.iter().enumerate() {
+            let inputs = oc.resolve(io.weights);
+            keys.clear();
+            if let Some(l) = oc.state {
+                keys.extend(io.ids.iter().map(|&seq| StateKey { seq, layer: l as u32 }));
+            }
+            self.mock.exec(oc, &inputs, &keys, io.spans).map_err(ExecError::at(i))?;
+            if let Some(t) = io.timing.as_mut() {
+                t(i);
+            }
+            if let Some(obs) = io.observe.as_mut() {
+                // the observer gets a downloaded copy
+                let mut t = Tensor { shape: Shape::d1(0), data: TensorData::F32(Vec::new()) };
+                self.mock.download(oc.out, &oc.meta, &mut t).map_err(ExecError::at(i))?;
+                obs(i, &t);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -263,22 +328,12 @@ impl Backend for ResidentMock {
         &self.name
     }
     fn supports(&self, node: &Node) -> Support {
-        self.host.supports(node)
+        self.host.can_run(node)
     }
-    /// Refused: a resident die's ops must go through `execute_resident`.
-    fn execute(&self, op: &Op, _: &[Value<'_>], _: &TensorMeta, _: Option<&mut LayerState>) -> Result<Tensor, OpError> {
-        Err(err(format!("{}: host-protocol execute on a resident backend", op.kind())))
+    fn memory(&self) -> Memory {
+        Memory::Device
     }
-    fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
-        self.host.run_pass(f)
-    }
-    fn resident(&self) -> bool {
-        true
-    }
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
-    }
-    fn reserve_slots(&self, specs: &[SlotSpec]) -> Result<(), OpError> {
+    fn reserve(&self, specs: &[SlotSpec]) -> Result<(), OpError> {
         let mut s = self.lock();
         s.fail(&Fail::Reserve)?;
         for sp in specs {
@@ -301,7 +356,7 @@ impl Backend for ResidentMock {
         }
         Ok(())
     }
-    fn release_slots(&self, arena: u64) {
+    fn release(&self, arena: u64) {
         self.lock().slots.retain(|id, _| id.arena != arena);
     }
     fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
@@ -326,7 +381,8 @@ impl Backend for ResidentMock {
         Ok(())
     }
     fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
-        let Some(peer) = src.as_any().and_then(|a| a.downcast_ref::<ResidentMock>()) else {
+        let src: &dyn Any = src;
+        let Some(peer) = src.downcast_ref::<ResidentMock>() else {
             return Ok(false);
         };
         let t = {
@@ -344,93 +400,10 @@ impl Backend for ResidentMock {
         s.counts.device_copy_bytes += bytes(&t);
         s.written(to).map(|_| true)
     }
-    fn execute_resident(
-        &self,
-        op: &Op,
-        inputs: &[ResidentInput<'_>],
-        meta: &TensorMeta,
-        state: Option<StateKey>,
-        out: SlotId,
-    ) -> Result<(), OpError> {
-        self.exec(op, inputs, meta, state.as_slice(), None, out)
+    fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError> {
+        Ok(Box::new(MockExec { mock: self, seg, ran: AtomicBool::new(false) }))
     }
-    fn execute_multi_resident(
-        &self,
-        op: &Op,
-        inputs: &[ResidentInput<'_>],
-        meta: &TensorMeta,
-        states: &[StateKey],
-        lens: &[usize],
-        out: SlotId,
-    ) -> Result<(), OpError> {
-        self.exec(op, inputs, meta, states, Some(lens), out)
-    }
-    fn state_upload(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::StateUpload)?;
-        s.states.insert(key, st.clone());
-        s.counts.state_uploads += 1;
-        s.counts.state_upload_bytes += st.bytes() as u64;
-        poison(st);
-        Ok(())
-    }
-    fn state_download(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::StateDownload)?;
-        let src = s.states.get(&key).ok_or_else(|| err(format!("state {key:?} is not held")))?;
-        if src.bytes() != st.bytes() {
-            return Err(err(format!("state {key:?}: {} bytes held, the host copy has {}", src.bytes(), st.bytes())));
-        }
-        st.clone_from(src);
-        s.counts.state_downloads += 1;
-        s.counts.state_download_bytes += st.bytes() as u64;
-        Ok(())
-    }
-    fn state_copy(&self, from: StateKey, to: StateKey) -> Result<bool, OpError> {
-        let mut s = self.lock();
-        let st = s.states.get(&from).ok_or_else(|| err(format!("state {from:?} is not held")))?.clone();
-        s.states.insert(to, st);
-        s.counts.state_copies += 1;
-        Ok(true)
-    }
-    /// In place (the host copy stays poisoned: the mock still owns the state).
-    fn state_reset(&self, key: StateKey) -> Result<bool, OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::StateReset)?;
-        s.states.get_mut(&key).ok_or_else(|| err(format!("state {key:?} is not held")))?.reset();
-        s.counts.state_resets += 1;
-        Ok(true)
-    }
-    /// Only the snapshot's part crosses (its bytes are counted).
-    fn state_snapshot(&self, key: StateKey, pos: usize) -> Result<Option<LayerSnapshot>, OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::StateSnapshot)?;
-        let snap = s.states.get(&key).ok_or_else(|| err(format!("state {key:?} is not held")))?.snapshot(pos);
-        s.counts.state_snapshots += 1;
-        s.counts.state_snapshot_bytes += snap.bytes() as u64;
-        Ok(Some(snap))
-    }
-    fn state_release(&self, key: StateKey) {
-        let mut s = self.lock();
-        if s.states.remove(&key).is_some() {
-            s.counts.state_releases += 1;
-        }
-    }
-    fn begin_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
-        let mut s = self.lock();
-        if let Some(o) = s.open {
-            return Err(err(format!("segment {} begins while segment {} is open", seg.segment, o.segment)));
-        }
-        s.open = Some(*seg);
-        s.counts.segments += 1;
-        s.counts.replays += seg.replay as u64;
-        Ok(())
-    }
-    fn end_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
-        let mut s = self.lock();
-        match s.open.take() {
-            Some(o) if o == *seg => Ok(()),
-            o => Err(err(format!("segment {} ends, open: {o:?}", seg.segment))),
-        }
+    fn state(&self, op: StateOp<'_>) -> Result<StateReply, OpError> {
+        self.state_op(op)
     }
 }

@@ -436,7 +436,7 @@ fn resident_runner(p: Placement, mocks: [bool; 2]) -> Runner {
         .into_iter()
         .enumerate()
         .map(|(i, device)| {
-            let host: Arc<dyn pn_engine::Backend> = Arc::new(ReferenceBackend);
+            let host = Arc::new(ReferenceBackend);
             let backend: Arc<dyn pn_engine::Backend> = if mocks[i] {
                 Arc::new(ResidentMock::new(host))
             } else {

@@ -135,12 +135,12 @@ pub mod resident {
 
     /// A die: the CPU backend, or (`mock`) a ResidentMock over its own CPU backend.
     pub fn die(device: Device, mock: bool) -> (Die, Option<Arc<ResidentMock>>) {
-        let cpu: Arc<dyn Backend> = Arc::new(CpuBackend::new(2));
+        let cpu = Arc::new(CpuBackend::new(2));
         if mock {
             let m = Arc::new(ResidentMock::new(cpu));
             (Die { device, backend: m.clone() }, Some(m))
         } else {
-            (Die { device, backend: cpu }, None)
+            (Die { device, backend: cpu as Arc<dyn Backend> }, None)
         }
     }
 

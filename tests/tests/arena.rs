@@ -6,7 +6,7 @@
 //! One test per binary: the allocation counter is process-wide.
 
 use pn_cpu::CpuBackend;
-use pn_engine::{Backend, Gguf, Node, Runner, Support};
+use pn_engine::{Gguf, HostKernels, HostMem, Node, Runner, Support};
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -39,20 +39,24 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
-/// The CPU backend, counting allocations per op kind (`execute_into`) and whether a
+/// The CPU backend, counting allocations per op kind (`kernel_into`) and whether a
 /// plain `execute` gives the same result (`check`).
 struct Probe {
     cpu: CpuBackend,
+    mem: HostMem,
     allocs: Mutex<BTreeMap<&'static str, (usize, usize)>>,
     check: AtomicBool,
 }
 
-impl Backend for Probe {
-    fn name(&self) -> &str {
+impl HostKernels for Probe {
+    fn label(&self) -> &str {
         "probe"
     }
-    fn supports(&self, node: &Node) -> Support {
-        self.cpu.supports(node)
+    fn can_run(&self, node: &Node) -> Support {
+        self.cpu.can_run(node)
+    }
+    fn mem(&self) -> &HostMem {
+        &self.mem
     }
     fn execute(
         &self,
@@ -63,7 +67,7 @@ impl Backend for Probe {
     ) -> Result<Tensor, OpError> {
         self.cpu.execute(op, ins, out, state)
     }
-    fn execute_into(
+    fn kernel_into(
         &self,
         op: &Op,
         ins: &[Value<'_>],
@@ -73,12 +77,12 @@ impl Backend for Probe {
     ) -> Result<(), OpError> {
         if self.check.load(Ordering::Relaxed) && op.state().is_none() {
             let want = self.cpu.execute(op, ins, meta, None)?;
-            self.cpu.execute_into(op, ins, meta, None, out)?;
-            assert_eq!(*out, want, "{}: execute_into differs from execute", op.kind());
+            self.cpu.kernel_into(op, ins, meta, None, out)?;
+            assert_eq!(*out, want, "{}: kernel_into differs from execute", op.kind());
             return Ok(());
         }
         let a0 = ALLOCS.load(Ordering::SeqCst);
-        let r = self.cpu.execute_into(op, ins, meta, state, out);
+        let r = self.cpu.kernel_into(op, ins, meta, state, out);
         let n = ALLOCS.load(Ordering::SeqCst) - a0;
         let mut m = self.allocs.lock().unwrap();
         let e = m.entry(op.kind()).or_default();
@@ -98,6 +102,7 @@ fn decode_ops_write_into_persistent_buffers() {
     let m = pn_models::load(&g).expect("fixture model loads");
     let probe = Arc::new(Probe {
         cpu: CpuBackend::new(2),
+        mem: HostMem::new(),
         allocs: Mutex::new(BTreeMap::new()),
         check: AtomicBool::new(true),
     });

@@ -187,7 +187,7 @@ fn kv_quality_attention() {
             (c.rot_k, c.rot_v) = (0, 0);
         }
         let mut st = LayerState::Kv(c);
-        pn_engine::Backend::execute(&be, &op, &ins, &out, Some(&mut st)).unwrap().as_f32().to_vec()
+        pn_engine::HostKernels::execute(&be, &op, &ins, &out, Some(&mut st)).unwrap().as_f32().to_vec()
     };
     let want = attend(KvCache::new(hkv, d, n), true);
     // attention mass on the sink and on the last 64 positions (query t = n-1, head 0)

@@ -233,7 +233,7 @@ fn act(seed: u64, k: usize, t: usize) -> pn_ops::Tensor {
 /// fixtures, and MoeExperts (tokens grouped by expert across the batch).
 #[test]
 fn kernels_are_batch_invariant() {
-    use pn_engine::Backend;
+    use pn_engine::HostKernels;
     use pn_ops::{Op, TensorMeta, Value};
     let be = pn_cpu::CpuBackend::new(2);
     for model in ["ktiny-q4_k_m.gguf", "tiny-f16.gguf", "tiny-q8_0.gguf"] {

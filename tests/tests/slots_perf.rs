@@ -1,4 +1,4 @@
-//! `Backend::execute_seqs` (a multi-sequence pass runs each stateful op for all its
+//! `HostKernels::kernel_seqs` (a multi-sequence pass runs each stateful op for all its
 //! sequences in one call; the CPU in one loop over (sequence, head) rows) is bitwise one
 //! `execute` per sequence: outputs and updated states, 16 sequences at different
 //! positions, decode tokens alone and mixed with multi-token chunks (one longer than the
@@ -6,7 +6,7 @@
 //! tests/tests/slots.rs end to end), 1/2/3 threads. Plus an ignored timing of both.
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
 use pn_ops::*;
 use std::time::Instant;
@@ -96,14 +96,14 @@ impl Case {
         vals.iter().map(|v| self.op.infer(&v.iter().map(meta_of).collect::<Vec<_>>()).unwrap()).collect()
     }
     /// One `execute` per sequence, in order.
-    fn alone(&self, be: &dyn Backend, states: &mut [LayerState]) -> Vec<Tensor> {
+    fn alone(&self, be: &dyn HostKernels, states: &mut [LayerState]) -> Vec<Tensor> {
         let vals = self.values();
         let outs = self.outs(&vals);
         vals.iter().zip(&outs).zip(states.iter_mut()).map(|((v, o), s)| be.execute(&self.op, v, o, Some(s)).unwrap()).collect()
     }
-    /// The sequences' inputs concatenated along their token axes, one `execute_seqs`,
+    /// The sequences' inputs concatenated along their token axes, one `kernel_seqs`,
     /// the output cut back into one tensor per sequence.
-    fn multi(&self, be: &dyn Backend, states: &mut [LayerState]) -> Vec<Tensor> {
+    fn multi(&self, be: &dyn HostKernels, states: &mut [LayerState]) -> Vec<Tensor> {
         let vals = self.values();
         let outs = self.outs(&vals);
         let total: usize = self.lens.iter().sum();
@@ -124,7 +124,7 @@ impl Case {
         let meta = self.op.infer(&cv.iter().map(meta_of).collect::<Vec<_>>()).unwrap();
         let mut st: Vec<&mut LayerState> = states.iter_mut().collect();
         let mut out = Tensor::f32(Shape::d1(1), vec![0.0]);
-        be.execute_seqs(&self.op, &cv, &meta, &SeqSpan::table(&self.lens), &mut st, &mut out).unwrap();
+        be.kernel_seqs(&self.op, &cv, &meta, &SeqSpan::table(&self.lens), &mut st, &mut out).unwrap();
         let mut at = 0;
         outs.iter()
             .map(|o| {

@@ -354,7 +354,7 @@ fn split_group(group: usize, tasks_per_split: usize, threads: usize) -> usize {
 /// (token, head group) tiles; longer ones (prefill chunks) run on their own.
 const SHARED_MAX: usize = 4;
 
-/// Attention for every sequence of a pass in one call (`Backend::execute_seqs`):
+/// Attention for every sequence of a pass in one call (`HostKernels::kernel_seqs`):
 /// sequence `i` owns tokens `spans[i]` and the KV cache of `states[i]`. Short sequences
 /// (decode tokens) have their cells written first, then ONE parallel loop over the
 /// (token, head group) tiles of all of them; a longer one (or one whose cache writes

@@ -56,7 +56,7 @@ fn conv_inputs<'a>(ins: &[Value<'a>], out: &TensorMeta, y: &[f32]) -> Result<(&'
     Ok((x, wv, c, t))
 }
 
-/// The conv of every sequence of a pass (`Backend::execute_seqs`): sequence `i` owns
+/// The conv of every sequence of a pass (`HostKernels::kernel_seqs`): sequence `i` owns
 /// tokens `spans[i]` and the window of `states[i]`; each is [`conv1d_causal_into`] on
 /// its tokens (no copies), so every row is bitwise the sequence alone.
 pub fn conv1d_causal_seqs(
@@ -322,7 +322,7 @@ pub fn delta_rule_into(
     delta_rule_seqs_of(&mut [(p, st)], p.hv * p.dv * p.t, y)
 }
 
-/// The delta rule of every sequence of a pass (`Backend::execute_seqs`): sequence `i`
+/// The delta rule of every sequence of a pass (`HostKernels::kernel_seqs`): sequence `i`
 /// owns tokens `spans[i]` and the ssm state of `states[i]`; ONE loop over all
 /// (sequence, V head) pairs, each computing what it computes alone (the form chosen by
 /// that sequence's token count), so every row is bitwise the sequence alone.

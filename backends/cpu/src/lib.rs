@@ -19,7 +19,7 @@ mod par;
 mod rope;
 mod scratch;
 
-use pn_engine::{f32_out, i32_out, store_into, Backend, Node, Support};
+use pn_engine::{f32_out, i32_out, store_into, HostKernels, HostMem};
 use pn_ops::reference::common::validate;
 use pn_ops::{LayerState, Op, OpError, SeqSpan, Tensor, TensorMeta, Value};
 
@@ -28,6 +28,8 @@ use pn_ops::{LayerState, Op, OpError, SeqSpan, Tensor, TensorMeta, Value};
 pub struct CpuBackend {
     pool: rayon::ThreadPool,
     threads: usize,
+    /// The buffer slots (host memory: the CPU's device memory).
+    mem: HostMem,
 }
 
 impl CpuBackend {
@@ -47,7 +49,7 @@ impl CpuBackend {
             .build()
             .map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
         let threads = pool.current_num_threads();
-        Ok(CpuBackend { pool, threads })
+        Ok(CpuBackend { pool, threads, mem: HostMem::new() })
     }
 
     /// Number of worker threads.
@@ -55,7 +57,7 @@ impl CpuBackend {
         self.threads
     }
 
-    /// Run one op on this backend's threads (what [`Backend::execute`] does).
+    /// Run one op on this backend's threads (what [`HostKernels::execute`] does).
     pub fn run(
         &self,
         op: &Op,
@@ -256,20 +258,14 @@ fn dispatch(
     }
 }
 
-impl Backend for CpuBackend {
-    fn name(&self) -> &str {
+/// The CPU's kernels; through `pn_engine`'s blanket impl, a `Backend` over host memory.
+impl HostKernels for CpuBackend {
+    fn label(&self) -> &str {
         "cpu"
     }
 
-    fn supports(&self, node: &Node) -> Support {
-        if node.op.is_leaf() {
-            Support::No(format!(
-                "{} is a leaf (provided by the runner)",
-                node.op.kind()
-            ))
-        } else {
-            Support::Yes
-        }
+    fn mem(&self) -> &HostMem {
+        &self.mem
     }
 
     fn execute(
@@ -282,7 +278,7 @@ impl Backend for CpuBackend {
         self.run(op, inputs, out, state)
     }
 
-    fn execute_into(
+    fn kernel_into(
         &self,
         op: &Op,
         inputs: &[Value<'_>],
@@ -350,7 +346,7 @@ impl Backend for CpuBackend {
 
     /// Every sequence of a pass in one kernel call (attention.rs, delta.rs): one
     /// parallel loop over the (sequence, head) rows of all sequences.
-    fn execute_seqs(
+    fn kernel_seqs(
         &self,
         op: &Op,
         ins: &[Value<'_>],

@@ -5,7 +5,7 @@
 //! Also a parity check of the same geometry against the reference (not ignored).
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
 use pn_ops::reference::execute;
 use pn_ops::*;
@@ -52,7 +52,7 @@ fn call(p0: usize, t: usize, seed: u32) -> Call {
 }
 
 impl Call {
-    fn run(&self, be: &dyn Backend, st: &mut LayerState) -> Result<Tensor, OpError> {
+    fn run(&self, be: &dyn HostKernels, st: &mut LayerState) -> Result<Tensor, OpError> {
         let ins = [Value::Act(&self.q), Value::Act(&self.k), Value::Act(&self.v), Value::Act(&self.p)];
         let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
         let out = self.op.infer(&metas).unwrap();

@@ -4,7 +4,7 @@
 
 use pn_cpu::delta_chunk::{chunked, recurrent, HeadIn, Scratch, CHUNK};
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
 use pn_ops::reference::execute;
 use pn_ops::*;

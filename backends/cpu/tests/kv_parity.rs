@@ -3,7 +3,7 @@
 //! must be bitwise equal, for 1, 2 and 3 threads.
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
 use pn_ops::reference::execute;
 use pn_ops::*;

@@ -4,16 +4,16 @@
 //! 1e-4 relative to the reference, bitwise across thread counts).
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::{Backend, HostKernels};
 use pn_ops::quant::quantize_row;
 use pn_ops::reference::common::meta_of;
 use pn_ops::reference::execute;
 use pn_ops::*;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
-fn backends() -> &'static [CpuBackend] {
-    static B: OnceLock<Vec<CpuBackend>> = OnceLock::new();
-    B.get_or_init(|| vec![CpuBackend::new(1), CpuBackend::new(2), CpuBackend::new(3)])
+fn backends() -> &'static [Arc<CpuBackend>] {
+    static B: OnceLock<Vec<Arc<CpuBackend>>> = OnceLock::new();
+    B.get_or_init(|| [1, 2, 3].map(|n| Arc::new(CpuBackend::new(n))).to_vec())
 }
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
@@ -133,8 +133,9 @@ fn check(op: &Op, ins: &[Value<'_>], state: Option<&LayerState>) -> Result<Tenso
         );
     }
     for be in backends() {
+        // through the backend protocol (slots, a compiled one-op segment), as every backend
         let mut cs = state.cloned();
-        let got = be.execute(op, ins, &out, cs.as_mut());
+        let got = pn_engine::execute_op(&(be.clone() as Arc<dyn Backend>), op, ins, &out, cs.as_mut());
         match (&want, &got) {
             (Ok(w), Ok(g)) => assert!(
                 same(w, g),

@@ -2,7 +2,7 @@
 //! `cargo test -p pn-cpu --release --test perf -- --ignored --nocapture`.
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
 use pn_ops::*;
 use std::time::Instant;

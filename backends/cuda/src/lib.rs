@@ -55,11 +55,10 @@ pub use capture::ResidentStats;
 pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;
-use pn_engine::{Backend, Node, ResidentInput, SegmentRun, SlotId, SlotSpec, StateKey, Support};
+use pn_engine::{Backend, Executable, Memory, Node, SegmentCode, SlotId, SlotSpec, StateOp, StateReply, Support};
 use pn_ops::reference::common::validate;
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
-use std::any::Any;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
@@ -183,7 +182,8 @@ impl CudaBackend {
         }
     }
 
-    /// Run one op on the device (what [`Backend::execute`] does).
+    /// Run one op on host tensors through the device (op-level parity tests): inputs
+    /// uploaded, the result and the state downloaded.
     pub fn run(
         &self,
         op: &Op,
@@ -235,29 +235,16 @@ impl Backend for CudaBackend {
         Support::Yes
     }
 
-    fn execute(
-        &self,
-        op: &Op,
-        inputs: &[Value<'_>],
-        out: &TensorMeta,
-        state: Option<&mut LayerState>,
-    ) -> Result<Tensor, OpError> {
-        self.run(op, inputs, out, state)
-    }
+    // ---- the protocol on device memory (resident.rs, segment.rs) ----
 
-    // ---- the resident protocol (resident.rs, segment.rs) ----
-
-    fn resident(&self) -> bool {
-        true
+    fn memory(&self) -> Memory {
+        Memory::Device
     }
-    fn as_any(&self) -> Option<&dyn Any> {
-        Some(self)
+    fn reserve(&self, specs: &[SlotSpec]) -> Result<(), OpError> {
+        CudaBackend::reserve(self, specs)
     }
-    fn reserve_slots(&self, specs: &[SlotSpec]) -> Result<(), OpError> {
-        self.reserve(specs)
-    }
-    fn release_slots(&self, arena: u64) {
-        self.release(arena)
+    fn release(&self, arena: u64) {
+        CudaBackend::release(self, arena)
     }
     fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
         self.upload_slot(slot, t)
@@ -274,54 +261,31 @@ impl Backend for CudaBackend {
     ) -> Result<bool, OpError> {
         self.copy_slot(src, from, to, meta)
     }
-    fn execute_resident(
-        &self,
-        op: &Op,
-        inputs: &[ResidentInput<'_>],
-        meta: &TensorMeta,
-        state: Option<StateKey>,
-        out: SlotId,
-    ) -> Result<(), OpError> {
-        self.exec_resident(op, inputs, meta, state.as_slice(), None, out)
+    fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError> {
+        Ok(Box::new(segment::SegExec::new(self, seg)))
     }
-    fn execute_multi_resident(
-        &self,
-        op: &Op,
-        inputs: &[ResidentInput<'_>],
-        meta: &TensorMeta,
-        states: &[StateKey],
-        lens: &[usize],
-        out: SlotId,
-    ) -> Result<(), OpError> {
-        self.exec_resident(op, inputs, meta, states, Some(lens), out)
-    }
-    fn state_upload(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
-        self.state_up(key, st)
-    }
-    fn state_download(&self, key: StateKey, st: &mut LayerState) -> Result<(), OpError> {
-        self.state_down(key, st)
-    }
-    fn state_copy(&self, from: StateKey, to: StateKey) -> Result<bool, OpError> {
-        self.state_fork(from, to)
-    }
-    fn state_release(&self, key: StateKey) {
-        self.state_drop(key)
-    }
-    fn state_reset(&self, key: StateKey) -> Result<bool, OpError> {
-        self.state_zero(key)
-    }
-    fn state_snapshot(
-        &self,
-        key: StateKey,
-        pos: usize,
-    ) -> Result<Option<pn_ops::LayerSnapshot>, OpError> {
-        self.state_snap(key, pos)
-    }
-    fn begin_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
-        self.seg_begin(seg)
-    }
-    fn end_segment(&self, seg: &SegmentRun) -> Result<(), OpError> {
-        self.seg_end(seg)
+    fn state(&self, op: StateOp<'_>) -> Result<StateReply, OpError> {
+        let done = |b: bool| if b { StateReply::Done } else { StateReply::Unsupported };
+        Ok(match op {
+            StateOp::Upload(key, st) => {
+                self.state_up(key, st)?;
+                StateReply::Done
+            }
+            StateOp::Download(key, st) => {
+                self.state_down(key, st)?;
+                StateReply::Done
+            }
+            StateOp::Copy(from, to) => done(self.state_fork(from, to)?),
+            StateOp::Reset(key) => done(self.state_zero(key)?),
+            StateOp::Snapshot(key, pos) => match self.state_snap(key, pos)? {
+                Some(s) => StateReply::Snapshot(s),
+                None => StateReply::Unsupported,
+            },
+            StateOp::Release(key) => {
+                self.state_drop(key);
+                StateReply::Done
+            }
+        })
     }
 }
 

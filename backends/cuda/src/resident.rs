@@ -144,7 +144,7 @@ impl ResState {
 }
 
 /// The stateful `op` once per sequence on its slice of the token axis (the host
-/// reference is `pn_ops::reference::seqs::per_sequence`, the default `Backend::execute_seqs`).
+/// reference is `pn_ops::reference::seqs::per_sequence`, the default `HostKernels::kernel_seqs`).
 #[allow(clippy::too_many_arguments)]
 fn multi(
     cx: &mut Cx<'_>,
@@ -335,7 +335,8 @@ impl CudaBackend {
         meta: &TensorMeta,
     ) -> Result<bool, OpError> {
         const OP: &str = "copy_from";
-        let Some(peer) = src.as_any().and_then(|a| a.downcast_ref::<CudaBackend>()) else {
+        let src: &dyn std::any::Any = src;
+        let Some(peer) = src.downcast_ref::<CudaBackend>() else {
             return Ok(false);
         };
         let ce = |e| to_op_error(OP, e);

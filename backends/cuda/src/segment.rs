@@ -1,5 +1,6 @@
-//! Resident segments and CUDA graphs: `begin_segment` / `end_segment` (capture.rs decides,
-//! this file does it on the device).
+//! Compiled segments and CUDA graphs: a segment's [`SegExec`] (what
+//! `Backend::compile` returns) runs its ops between `seg_begin` / `seg_end` (capture.rs
+//! decides, this file does it on the device).
 //!
 //! A stable segment's ops defer their commands (exec.rs); at the end the commands are
 //! replayed from the segment's graph, captured into a new graph and replayed, or launched
@@ -13,8 +14,64 @@ use crate::graph_capture::{ensure_idle, Capture, DevGraph, DevStream};
 use crate::graphs::GraphKey;
 use crate::resident::ResState;
 use crate::{CudaBackend, CudaError};
-use pn_engine::SegmentRun;
-use pn_ops::OpError;
+use pn_engine::{ExecError, Executable, PassIo, SegmentCode, SegmentRun, StateKey};
+use pn_ops::{OpError, Shape, Tensor, TensorData};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A segment compiled for the device: its ops over fixed slots. Each run opens the
+/// segment (capture or replay is decided at its end, capture.rs) and closes it, even
+/// when an op failed.
+pub(crate) struct SegExec {
+    be: Arc<CudaBackend>,
+    seg: SegmentCode,
+    /// Whether it ran before (a stable segment's later runs are replays).
+    ran: AtomicBool,
+}
+
+impl SegExec {
+    pub(crate) fn new(be: Arc<CudaBackend>, seg: SegmentCode) -> SegExec {
+        SegExec { be, seg, ran: AtomicBool::new(false) }
+    }
+
+    fn ops(&self, io: &mut PassIo<'_, '_>) -> Result<(), ExecError> {
+        let lens: Vec<usize> = io.spans.iter().map(|s| s.len).collect();
+        let mut keys: Vec<StateKey> = Vec::with_capacity(io.ids.len());
+        for (i, oc) in self.seg.ops.iter().enumerate() {
+            let inputs = oc.resolve(io.weights);
+            keys.clear();
+            if let Some(l) = oc.state {
+                keys.extend(io.ids.iter().map(|&seq| StateKey { seq, layer: l as u32 }));
+            }
+            let lens = (keys.len() > 1).then_some(&lens[..]);
+            self.be
+                .exec_resident(&oc.op, &inputs, &oc.meta, &keys, lens, oc.out)
+                .map_err(ExecError::at(i))?;
+            if let Some(t) = io.timing.as_mut() {
+                t(i);
+            }
+            if let Some(obs) = io.observe.as_mut() {
+                // the observer gets a downloaded copy
+                let mut t = Tensor { shape: Shape::d1(0), data: TensorData::F32(Vec::new()) };
+                self.be.download_slot(oc.out, &oc.meta, &mut t).map_err(ExecError::at(i))?;
+                obs(i, &t);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Executable for SegExec {
+    fn run(&self, io: &mut PassIo<'_, '_>) -> Result<(), ExecError> {
+        let replay = self.seg.stable && self.ran.swap(true, Ordering::Relaxed);
+        let run = self.seg.run_info(replay);
+        self.be.seg_begin(&run).map_err(ExecError::segment)?;
+        let res = self.ops(io);
+        // the segment is closed even when an op failed (the capture ends)
+        let end = self.be.seg_end(&run).map_err(ExecError::segment);
+        res.and(end)
+    }
+}
 
 fn seg_err(what: &'static str, msg: String) -> OpError {
     OpError::Invalid { op: what, msg }

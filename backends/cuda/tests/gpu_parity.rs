@@ -6,12 +6,12 @@
 
 use pn_cpu::CpuBackend;
 use pn_cuda::CudaBackend;
-use pn_engine::Backend;
+use pn_engine::{Backend, HostKernels};
 use pn_ops::{
     BinaryOp, GgmlType, LayerState, Op, RecurrentState, RopeMode, Shape, Tensor, TensorMeta,
     UnaryOp, Value, WeightView,
 };
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// Attention over every KV-cache format, the delta rule's two forms, graphs and events.
 #[path = "gpu_parity/state.rs"]
@@ -23,11 +23,11 @@ mod resident;
 
 /// The device backend, started once. Without a device: None, after one skip line; with
 /// `PN_REQUIRE_CUDA=1` a failed start fails every test that asks, with the error.
-fn cuda() -> Option<&'static CudaBackend> {
+fn cuda() -> Option<&'static Arc<CudaBackend>> {
     use pn_cuda::start::{decide, required, Outcome};
-    static B: OnceLock<Result<CudaBackend, pn_cuda::CudaError>> = OnceLock::new();
+    static B: OnceLock<Result<Arc<CudaBackend>, pn_cuda::CudaError>> = OnceLock::new();
     static SAID: std::sync::Once = std::sync::Once::new();
-    let started = B.get_or_init(|| CudaBackend::new(0)).as_ref().map_err(Clone::clone);
+    let started = B.get_or_init(|| CudaBackend::new(0).map(Arc::new)).as_ref().map_err(Clone::clone);
     match decide(started, |b| b.describe(), required(), "gpu_parity") {
         Outcome::Present(b, line) => {
             SAID.call_once(|| println!("{line}"));
@@ -44,11 +44,11 @@ fn cuda() -> Option<&'static CudaBackend> {
 /// The backend under test: CUDA when a device is present; otherwise the reference
 /// backend, so that CI without a GPU still runs every case of the harness (inputs,
 /// shapes, states, tolerances) and a GPU session only meets device problems.
-fn under_test() -> &'static dyn Backend {
-    static R: pn_engine::ReferenceBackend = pn_engine::ReferenceBackend;
+/// Both run ops through the one backend protocol (`pn_engine::execute_op`).
+fn under_test() -> Arc<dyn Backend> {
     match cuda() {
-        Some(b) => b,
-        None => &R,
+        Some(b) => b.clone(),
+        None => Arc::new(pn_engine::ReferenceBackend),
     }
 }
 
@@ -156,8 +156,7 @@ fn both(what: &str, op: &Op, ins: &[Value<'_>], state: Option<LayerState>, tol: 
     let out = op.infer(&metas).expect("valid op");
     let (mut s_cpu, mut s_gpu) = (state.clone(), state);
     let want = cpu().execute(op, ins, &out, s_cpu.as_mut()).expect("cpu");
-    let got = gpu
-        .execute(op, ins, &out, s_gpu.as_mut())
+    let got = pn_engine::execute_op(&gpu, op, ins, &out, s_gpu.as_mut())
         .unwrap_or_else(|e| panic!("{what}: {}: {e}", gpu.name()));
     check(what, &got, &want, tol);
     match (s_gpu, s_cpu) {

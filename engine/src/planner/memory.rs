@@ -7,7 +7,7 @@
 //!
 //! The CPU runner executes the plan through [`MemPlan::slots`]: the same lifetimes, but
 //! values with disjoint lifetimes share one *buffer slot* (a persistent `Vec` that the
-//! backend writes into, `Backend::execute_into`) instead of an offset in one block, so
+//! backend writes into, `HostKernels::kernel_into`) instead of an offset in one block, so
 //! every output is an owned tensor the borrow checker can hand out while its inputs are
 //! read. Slots are kept across steps and geometries (sized for the worst case,
 //! `ubatch` tokens), so their allocations never move once reserved.

@@ -15,7 +15,7 @@
 //!    lifetimes share one), which the runner executes: each slot is one persistent
 //!    buffer per die, shared by all geometries and reserved for the worst case
 //!    (`ubatch` tokens), that the backend writes op outputs into
-//!    (`Backend::execute_into`), so a step allocates no activations.
+//!    (`HostKernels::kernel_into`; a device backend its own buffers), so a step allocates no activations.
 //! 4. capture units: segments of a stable geometry (decode, 1 token) are marked
 //!    capturable; the runner replays them from a prebuilt op list after one plain run
 //!    (the CUDA backend will capture them as CUDA graphs).

@@ -5,7 +5,7 @@
 //!
 //! Every value slot is bound to a buffer slot of the memory plan ([`Program::phys`],
 //! from [`super::MemPlan::slots`]): values whose lifetimes are disjoint share one
-//! persistent buffer, which the backend overwrites in place (`Backend::execute_into`).
+//! persistent buffer, which the backend overwrites in place (`HostKernels::kernel_into`; a device backend its own buffers).
 
 use super::{DieIx, Plan};
 use crate::graph::{Graph, NodeId};

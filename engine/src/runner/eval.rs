@@ -1,109 +1,55 @@
-//! One forward pass: the plan's segments in order, each segment's ops run as one pass on
-//! its die's backend ([`Backend::run_pass`]), every op writing its output into the
-//! buffer slot the memory plan gives it ([`Backend::execute_into`], [`super::arena`];
-//! on a resident die `Backend::execute_resident`, [`super::resident`]).
+//! One forward pass: the plan's segments in order. Per segment: the values crossing into
+//! its die and the graph inputs it reads go to its backend ([`super::moves`]), then its
+//! [`crate::backend::Executable`] runs with the pass's sequence table; the graph output
+//! is downloaded at the end.
 
 use super::arena::Arena;
-use super::{no_state, Compiled, Observer, RunError, Runner};
-use crate::backend::{Backend, SegmentRun};
-use crate::graph::Graph;
+use super::{Compiled, Observer, RunError, Runner};
+use crate::backend::{ExecError, PassIo};
 use crate::model::Geometry;
 use crate::planner::debug::Moves;
-use crate::planner::program::{InputKind, Phys, SegProgram, Src};
+use crate::planner::program::{InputKind, SegProgram};
 use crate::state::SeqState;
-use pn_ops::{DType, LayerState, SeqSpan, Shape, Tensor, TensorData, Value, WeightView};
+use pn_ops::{DType, LayerState, SeqSpan, Shape, Tensor, TensorData, WeightView};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// What one segment's ops need, borrowed from `eval` (sent to the backend's pass thread).
-pub(super) struct Pass<'a, 's> {
-    pub runner: &'a Runner,
-    pub graph: &'a Graph,
-    pub views: &'a [WeightView<'a>],
-    pub phys: &'a [Phys],
-    pub arena: &'a mut Arena,
-    pub seqs: &'a mut [&'s mut SeqState],
-    pub lens: &'a [usize],
-    /// The sequence table: sequence `i` owns tokens `spans[i]` (from `lens`).
-    pub spans: &'a [SeqSpan],
-    pub op_times: &'a mut BTreeMap<&'static str, (u64, u64)>,
-}
-
-impl Pass<'_, '_> {
-    /// Adds one run of an op of `kind` that started at `t1` to the `PN_DEBUG=2` table.
-    pub(super) fn time_op(&mut self, kind: &'static str, t1: Instant) {
-        let e = self.op_times.entry(kind).or_default();
-        e.0 += 1;
-        e.1 += t1.elapsed().as_nanos() as u64;
-    }
-
-    /// Runs the ops of `sp` on `backend`, in order.
-    fn run_ops(
-        &mut self,
-        sp: &SegProgram,
-        backend: &dyn Backend,
-        observer: &mut Option<Observer<'_>>,
-    ) -> Result<(), RunError> {
-        let (graph, debug) = (self.graph, self.runner.debug);
-        for op in &sp.ops {
-            let node = graph.node(op.node);
-            let p_out = self.phys[op.out as usize];
-            let mut out = self.arena.take(p_out);
-            let arena = &*self.arena;
-            let ins: SmallVec<[Value<'_>; 6]> = op
-                .inputs
-                .iter()
-                .map(|s| match *s {
-                    Src::Val(v) => Value::Act(
-                        arena
-                            .get(self.phys[v as usize])
-                            .as_ref()
-                            .expect("inputs are computed before their consumers"),
-                    ),
-                    Src::Weight(w) => Value::Weight(self.views[w as usize]),
-                })
-                .collect();
-            let t1 = (debug >= 2).then(Instant::now);
-            let seqs = &mut *self.seqs;
-            let meta = &node.out;
-            let res = match op.state {
-                None => backend.execute_into(&node.op, &ins, meta, None, &mut out),
-                Some(s) if seqs.len() == 1 => {
-                    let state = seqs[0].layer_mut(s).ok_or_else(|| no_state(node, s))?;
-                    backend.execute_into(&node.op, &ins, meta, Some(state), &mut out)
+impl Runner {
+    /// Reserves every die's buffer slots for the worst-case geometry (`ubatch` tokens,
+    /// all logits) on the first pass, then checks this geometry's slots against it (they
+    /// grow only if larger, counted in `Arena::grown`).
+    fn reserve_for(&self, c: &Compiled, arena: &mut Arena) -> Result<(), RunError> {
+        let worst = if self.reserved.load(Ordering::Relaxed) {
+            None
+        } else {
+            Some(self.compiled(Geometry {
+                n_tokens: self.ubatch.max(1),
+                all_logits: true,
+            })?)
+        };
+        let mut grow = Vec::new();
+        let first = worst.is_some();
+        if let Some(w) = worst {
+            grow = arena.reserve(&w.prog);
+            arena.grown = 0;
+            self.reserved.store(true, Ordering::Relaxed);
+        }
+        grow.extend(arena.reserve(&c.prog));
+        if !grow.is_empty() {
+            if let Err(e) = self.reserve_slots(&grow) {
+                // not reserved: asked again by the next pass
+                arena.unreserve(&grow);
+                if first {
+                    self.reserved.store(false, Ordering::Relaxed);
                 }
-                Some(s) => {
-                    if seqs.iter().any(|q| q.n_layers() <= s) {
-                        return Err(no_state(node, s));
-                    }
-                    let mut states: SmallVec<[&mut LayerState; 16]> =
-                        seqs.iter_mut().map(|q| q.layer_mut(s).expect("checked above")).collect();
-                    backend.execute_seqs(&node.op, &ins, meta, self.spans, &mut states, &mut out)
-                }
-            };
-            drop(ins);
-            res.map_err(|source| RunError::Op {
-                node: node.name.clone(),
-                source,
-            })?;
-            if let Some(t1) = t1 {
-                self.time_op(node.op.kind(), t1);
+                return Err(e);
             }
-            if debug >= 3 {
-                eprintln!("[pn] {}", crate::dump::summary(&node.name, &out));
-            }
-            if let Some(obs) = observer.as_mut() {
-                obs(node, &out);
-            }
-            *self.arena.get_mut(p_out) = Some(out);
         }
         Ok(())
     }
-}
 
-impl Runner {
     /// One pass over one micro-batch: the plan's segments in order. `seqs[i]` owns the
     /// next `lens[i]` tokens (several: [`Runner::forward_multi`], crate::slots). Returns
     /// `result_output`.
@@ -120,41 +66,11 @@ impl Runner {
             all_logits,
         })?;
         let (graph, plan, prog) = (&*c.graph, &*c.plan, &c.prog);
-        // Buffers are reserved once for the worst-case geometry (`ubatch` tokens, all
-        // logits), then checked against this geometry's slots (they grow only if its
-        // slots are larger, counted in `Arena::grown`).
-        let worst = if self.reserved.load(Ordering::Relaxed) {
-            None
-        } else {
-            Some(self.compiled(Geometry {
-                n_tokens: self.ubatch.max(1),
-                all_logits: true,
-            })?)
-        };
         let mut guard = self.arena.lock().expect("arena lock");
         let arena: &mut Arena = &mut guard;
-        let mut grow = Vec::new();
-        let first = worst.is_some();
-        if let Some(w) = worst {
-            grow = arena.reserve(&w.prog, &self.resident);
-            arena.grown = 0;
-            self.reserved.store(true, Ordering::Relaxed);
-        }
-        grow.extend(arena.reserve(prog, &self.resident));
-        if !grow.is_empty() {
-            if let Err(e) = self.reserve_resident(&grow) {
-                // not reserved: asked again by the next pass
-                arena.unreserve(&grow);
-                if first {
-                    self.reserved.store(false, Ordering::Relaxed);
-                }
-                return Err(e);
-            }
-        }
+        self.reserve_for(&c, arena)?;
         let mut moves = Moves::default();
-        if self.resident.contains(&true) || seqs.iter().any(|s| s.is_resident()) {
-            self.place_states(plan, seqs, &mut moves)?;
-        }
+        self.place_states(plan, seqs, &mut moves)?;
         let phys = &prog.phys[..];
         let views: Vec<WeightView<'_>> = prog
             .weights
@@ -170,60 +86,29 @@ impl Runner {
             })
             .collect();
         let spans = SeqSpan::table(lens);
+        let ids: SmallVec<[u64; 16]> = seqs.iter().map(|s| s.id()).collect();
         let step = self.profile.counters().steps;
         let step_t0 = Instant::now();
         let mut op_times: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
         for (si, sp) in prog.segs.iter().enumerate() {
             let t0 = Instant::now();
             let die = &self.dies[sp.die];
-            let resident = self.resident[sp.die];
             let moved = self.transfers_in(sp, graph, phys, arena, &mut moves)?;
             for &(v, kind, node) in &sp.inputs {
                 let p = phys[v as usize];
                 let slot = arena.get_mut(p);
                 fill_input(slot, kind, tokens, seqs, lens);
-                if resident {
-                    let t = slot.as_ref().expect("filled above");
-                    self.upload(p, graph.node(node), t, &mut moves)?;
-                }
+                let t = slot.as_ref().expect("filled above");
+                self.upload(p, graph.node(node), t, &mut moves)?;
                 if plan.nodes[node.index()].seg == Some(si) {
-                    if let (Some(obs), Some(t)) = (observer.as_mut(), slot.as_ref()) {
+                    if let Some(obs) = observer.as_mut() {
                         obs(graph.node(node), t);
                     }
                 }
             }
-            let backend = &*die.backend;
             let stable = plan.capture[si].stable;
             let replay = stable && c.captured[si].load(Ordering::Relaxed);
-            let mut pass = Pass {
-                runner: self,
-                graph,
-                views: &views,
-                phys,
-                arena: &mut *arena,
-                seqs: &mut *seqs,
-                lens,
-                spans: &spans,
-                op_times: &mut op_times,
-            };
-            if resident {
-                let run = SegmentRun {
-                    arena: self.arena_ids[sp.die],
-                    segment: si,
-                    n_tokens: tokens.len(),
-                    all_logits,
-                    stable,
-                    replay,
-                };
-                pass.run_resident(sp, &run, backend, observer, &mut moves)?;
-            } else if observer.is_some() || self.debug >= 3 {
-                // The observer (tensor dumps) stays on the caller's thread.
-                pass.run_ops(sp, backend, observer)?;
-            } else {
-                let mut res = Ok(());
-                backend.run_pass(&mut || res = pass.run_ops(sp, backend, &mut None));
-                res?;
-            }
+            self.run_segment(&c, si, sp, &views, &spans, &ids, seqs, observer, &mut op_times)?;
             let unit = if stable {
                 c.captured[si].store(true, Ordering::Relaxed);
                 let counter = if replay {
@@ -253,17 +138,9 @@ impl Runner {
             }
         }
         let p_out = phys[prog.output as usize];
-        let out = if self.resident[p_out.die] {
-            let mut t = arena.take(p_out);
-            let node = graph.node(*graph.outputs.first().expect("checked by program::build"));
-            self.download(p_out, node, &mut t, &mut moves)?;
-            t
-        } else {
-            arena
-                .get_mut(p_out)
-                .take()
-                .expect("the graph output is kept alive")
-        };
+        let mut out = arena.take(p_out);
+        let node = graph.node(*graph.outputs.first().expect("checked by program::build"));
+        self.download(p_out, node, &mut out, &mut moves)?;
         for (st, &n) in seqs.iter_mut().zip(lens) {
             st.pos += n;
         }
@@ -293,25 +170,58 @@ impl Runner {
         }
         Ok(out)
     }
-}
 
-/// Copies a value into another die's buffer, reusing the buffer when it has room.
-pub(super) fn copy_into(dst: &mut Option<Tensor>, src: &Tensor) {
-    if let Some(d) = dst.as_mut() {
-        d.shape = src.shape;
-        match (&mut d.data, &src.data) {
-            (TensorData::F32(a), TensorData::F32(b)) => {
-                a.clear();
-                return a.extend_from_slice(b);
+    /// Runs segment `si`'s executable with the pass's sequence table; per op, the
+    /// `PN_DEBUG=2` timings and the observer / `PN_DEBUG=3` value summaries.
+    #[allow(clippy::too_many_arguments)]
+    fn run_segment(
+        &self,
+        c: &Compiled,
+        si: usize,
+        sp: &SegProgram,
+        views: &[WeightView<'_>],
+        spans: &[SeqSpan],
+        ids: &[u64],
+        seqs: &mut [&mut SeqState],
+        observer: &mut Option<Observer<'_>>,
+        op_times: &mut BTreeMap<&'static str, (u64, u64)>,
+    ) -> Result<(), RunError> {
+        let graph = &*c.graph;
+        let mut layers: SmallVec<[&mut [LayerState]; 16]> = seqs.iter_mut().map(|s| s.host_layers()).collect();
+        let mut t_last = Instant::now();
+        let mut timing = |i: usize| {
+            let e = op_times.entry(graph.node(sp.ops[i].node).op.kind()).or_default();
+            e.0 += 1;
+            e.1 += t_last.elapsed().as_nanos() as u64;
+            t_last = Instant::now();
+        };
+        let debug = self.debug;
+        let want_values = debug >= 3 || observer.is_some();
+        let mut observe = |i: usize, t: &Tensor| {
+            let node = graph.node(sp.ops[i].node);
+            if debug >= 3 {
+                eprintln!("[pn] {}", crate::dump::summary(&node.name, t));
             }
-            (TensorData::I32(a), TensorData::I32(b)) => {
-                a.clear();
-                return a.extend_from_slice(b);
+            if let Some(obs) = observer.as_mut() {
+                obs(node, t);
             }
-            _ => {}
-        }
+        };
+        let mut io = PassIo {
+            weights: views,
+            spans,
+            ids,
+            layers: &mut layers,
+            timing: if debug >= 2 { Some(&mut timing) } else { None },
+            observe: if want_values { Some(&mut observe) } else { None },
+        };
+        c.exes[si].run(&mut io).map_err(|ExecError { op, source }| RunError::Op {
+            node: match op {
+                Some(i) => graph.node(sp.ops[i].node).name.clone(),
+                None => format!("(segment {si})"),
+            },
+            source,
+        })
     }
-    *dst = Some(src.clone());
 }
 
 /// Token ids, or each sequence's positions `pos..pos+n` (`seqs[i]` owns `lens[i]`

@@ -7,16 +7,16 @@
 //! reused from step to step; graph inputs and transfer destinations are refilled in
 //! place. `PN_DEBUG=1..3` (see [`crate::planner::debug`]) reports timings and values.
 //!
-//! A die whose backend is resident ([`Backend::resident`]) keeps its buffer slots and
-//! the layer states of its layers; the runner then moves only graph inputs (uploaded),
-//! values crossing a die boundary, the graph output and observer copies (downloaded),
-//! see `runner/resident.rs`.
+//! Every die's backend keeps its buffer slots (and a device backend the layer states of
+//! its layers, crate::backend): the runner moves only graph inputs (uploaded), values
+//! crossing a die boundary, the graph output and observer copies (downloaded), see
+//! `runner/moves.rs`, and runs each segment's [`Executable`], compiled once per geometry.
 
 mod arena;
 mod eval;
-mod resident;
+mod moves;
 
-use crate::backend::{Backend, Support};
+use crate::backend::{Backend, Executable, Memory, OpCode, OpInput, SegmentCode, Support};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::graph::{Graph, GraphBuilder, GraphError, Node};
 use crate::model::{Geometry, Model};
@@ -104,11 +104,13 @@ pub struct Die {
     pub backend: Arc<dyn Backend>,
 }
 
-/// A plan ready to run: graph, plan, op list (bound to buffer slots), capture flags.
+/// A plan ready to run: graph, plan, op list (bound to buffer slots), one executable per
+/// segment (compiled by its die's backend), capture flags.
 struct Compiled {
     graph: Arc<Graph>,
     plan: Arc<Plan>,
     prog: Program,
+    exes: Vec<Box<dyn Executable>>,
     captured: Vec<AtomicBool>,
 }
 
@@ -129,13 +131,10 @@ pub struct Runner {
     arena: Mutex<arena::Arena>,
     /// Whether the arena was reserved for the worst-case geometry yet.
     reserved: AtomicBool,
-    /// Per die: whether its backend is resident, and the arena id of its slots there.
-    resident: Vec<bool>,
+    /// Per die: where its backend's memory is, and the arena id of its slots there.
+    memory: Vec<Memory>,
     arena_ids: Vec<u64>,
 }
-
-/// Arena ids of resident slots ([`crate::backend::SlotId::arena`]): unique per process.
-static NEXT_ARENA: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 fn weight_shape(info: &TensorInfo) -> Shape {
     Shape([
@@ -194,10 +193,10 @@ impl Runner {
             .enumerate()
             .map(|(i, t)| (t.name.clone(), i))
             .collect();
-        let resident = dies.iter().map(|d| d.backend.resident()).collect();
+        let memory = dies.iter().map(|d| d.backend.memory()).collect();
         let arena_ids = dies
             .iter()
-            .map(|_| NEXT_ARENA.fetch_add(1, Ordering::Relaxed))
+            .map(|_| crate::backend::new_arena())
             .collect();
         let r = Runner {
             model,
@@ -213,7 +212,7 @@ impl Runner {
             reported: AtomicBool::new(false),
             arena: Mutex::new(arena::Arena::default()),
             reserved: AtomicBool::new(false),
-            resident,
+            memory,
             arena_ids,
         };
         r.compiled(Geometry {
@@ -250,12 +249,12 @@ impl Runner {
 
     /// A fresh sequence state with room for `max_seq` positions. Its layers start on the
     /// host; a pass moves each to the die of its ops ([`Plan::state_die`]) when that
-    /// die's backend is resident.
+    /// die's memory is a device's.
     pub fn new_state(&self, max_seq: usize) -> SeqState {
         SeqState::new(self.model.new_state(max_seq), max_seq)
     }
 
-    /// Brings every layer of `st` home from the resident backends (the host copies are
+    /// Brings every layer of `st` home from the device backends (the host copies are
     /// current afterwards; the next pass uploads them again). [`SeqState`]'s own readers
     /// and writers do this where they need it; this is for callers that read the host
     /// copies through [`SeqState::layers`] repeatedly.
@@ -396,7 +395,9 @@ impl Runner {
                 );
             }
         }
+        let exes = self.compile_segments(&graph, &plan, &prog, geom)?;
         let c = Arc::new(Compiled {
+            exes,
             captured: plan
                 .segments
                 .iter()
@@ -411,6 +412,46 @@ impl Runner {
             .expect("plan cache lock")
             .insert(geom, c.clone());
         Ok(c)
+    }
+
+    /// Each segment's ops bound to their slots, compiled by its die's backend.
+    fn compile_segments(&self, graph: &Graph, plan: &Plan, prog: &Program, geom: Geometry) -> Result<Vec<Box<dyn Executable>>, RunError> {
+        let phys = &prog.phys;
+        let mut exes = Vec::with_capacity(prog.segs.len());
+        for (si, sp) in prog.segs.iter().enumerate() {
+            let ops = sp
+                .ops
+                .iter()
+                .map(|op| {
+                    let node = graph.node(op.node);
+                    // op.inputs parallels node.inputs (program::build)
+                    let inputs = op
+                        .inputs
+                        .iter()
+                        .zip(&node.inputs)
+                        .map(|(s, &i)| match *s {
+                            program::Src::Val(v) => OpInput::Slot(self.slot_id(phys[v as usize]), graph.node(i).out),
+                            program::Src::Weight(w) => OpInput::Weight(w),
+                        })
+                        .collect();
+                    OpCode { op: node.op.clone(), inputs, meta: node.out, out: self.slot_id(phys[op.out as usize]), state: op.state }
+                })
+                .collect();
+            let seg = SegmentCode {
+                arena: self.arena_ids[sp.die],
+                segment: si,
+                n_tokens: geom.n_tokens,
+                all_logits: geom.all_logits,
+                stable: plan.capture[si].stable,
+                ops,
+            };
+            let exe = self.dies[sp.die].backend.clone().compile(seg).map_err(|source| RunError::Op {
+                node: format!("(compiling segment {si})"),
+                source,
+            })?;
+            exes.push(exe);
+        }
+        Ok(exes)
     }
 
     /// Evaluate `tokens` (appended to the sequence) and return logits for every token
@@ -479,19 +520,7 @@ impl Drop for Runner {
             eprint!("{}", self.profile.op_table());
         }
         for (d, die) in self.dies.iter().enumerate() {
-            if self.resident[d] {
-                die.backend.release_slots(self.arena_ids[d]);
-            }
+            die.backend.release(self.arena_ids[d]);
         }
-    }
-}
-
-fn no_state(node: &Node, s: usize) -> RunError {
-    RunError::Op {
-        node: node.name.clone(),
-        source: OpError::Invalid {
-            op: node.op.kind(),
-            msg: format!("no layer state {s}"),
-        },
     }
 }

@@ -1,23 +1,23 @@
 //! Layer-state residency: one owner per layer, explicit moves.
 //!
 //! Every [`SeqState`] has a process-unique id. Each layer is owned by the host (its
-//! `LayerState` in the sequence is current) or by one resident backend, which keeps its
+//! `LayerState` in the sequence is current) or by one device backend, which keeps its
 //! copy under [`StateKey`] `{ seq: id, layer }`; the host copy is then stale (keeps its
 //! shape; a test backend fills it with NaN). Moves:
 //! - the runner places each layer on the backend of the die whose ops use it before a
 //!   pass (`SeqState::place`: upload; from another backend: home first);
 //! - host readers (snapshot, clone, `==`) copy from the owner without moving it (a
-//!   snapshot only the part it holds, where the owner can: [`Backend::state_snapshot`]);
+//!   snapshot only the part it holds, where the owner can: [`StateOp::Snapshot`]);
 //! - host writers bring the layer home ([`SeqState::sync`], `layers_mut`, `set_overflow`)
 //!   or drop the device copy when they overwrite everything (`restore`; `reset` resets
-//!   it in place where the owner can, [`Backend::state_reset`]);
+//!   it in place where the owner can, [`StateOp::Reset`]);
 //! - dropping the state releases its device copies.
 //!
 //! Moving a `SeqState` value (slots bind / unbind / move / compact / resize, the async
 //! step worker) moves no data: the key travels with it.
 
 use super::SeqState;
-use crate::backend::{Backend, StateKey};
+use crate::backend::{Backend, StateKey, StateOp, StateReply};
 use pn_ops::{LayerSnapshot, LayerState, OpError};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,7 +26,7 @@ use thiserror::Error;
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A layer-state move between the host and a resident backend failed.
+/// A layer-state move between the host and a device backend failed.
 #[derive(Debug, Error, Clone, PartialEq)]
 #[error("layer state {layer}: {action} on backend {backend}: {msg}")]
 pub struct MoveError {
@@ -91,16 +91,16 @@ impl Residency {
         if self.at.len() < n_layers {
             self.at.resize(n_layers, 0);
         }
-        self.at[l] = u8::try_from(i + 1).expect("fewer than 255 resident backends per sequence");
+        self.at[l] = u8::try_from(i + 1).expect("fewer than 255 device backends per sequence");
     }
 }
 
 impl SeqState {
-    /// The process-unique id resident backends key this sequence's layers by.
+    /// The process-unique id device backends key this sequence's layers by.
     pub fn id(&self) -> u64 {
         self.res.id
     }
-    /// Whether a resident backend owns any layer.
+    /// Whether a device backend owns any layer.
     pub fn is_resident(&self) -> bool {
         self.res.any()
     }
@@ -126,8 +126,8 @@ impl SeqState {
     pub(crate) fn bring_home(&mut self, l: usize, moves: Option<&mut StateMoves>) -> Result<(), MoveError> {
         let Some(b) = self.res.owner(l).cloned() else { return Ok(()) };
         let key = self.key(l);
-        b.state_download(key, &mut self.layers[l]).map_err(|e| move_err(l, "download", &*b, e))?;
-        b.state_release(key);
+        b.state(StateOp::Download(key, &mut self.layers[l])).map_err(|e| move_err(l, "download", &*b, e))?;
+        let _ = b.state(StateOp::Release(key));
         self.res.set(l, self.layers.len(), None);
         if let Some(m) = moves {
             m.downloads += 1;
@@ -136,7 +136,7 @@ impl SeqState {
         Ok(())
     }
 
-    /// Makes the resident backend `b` own layer `l` (home from another owner first, then
+    /// Makes the device backend `b` own layer `l` (home from another owner first, then
     /// uploaded). No-op when `b` owns it already or the layer does not exist.
     pub(crate) fn place(&mut self, l: usize, b: &Arc<dyn Backend>, moves: &mut StateMoves) -> Result<(), MoveError> {
         if l >= self.layers.len() {
@@ -148,7 +148,7 @@ impl SeqState {
             }
             self.bring_home(l, Some(moves))?;
         }
-        b.state_upload(self.key(l), &mut self.layers[l]).map_err(|e| move_err(l, "upload", &**b, e))?;
+        b.state(StateOp::Upload(self.key(l), &mut self.layers[l])).map_err(|e| move_err(l, "upload", &**b, e))?;
         self.res.set(l, self.layers.len(), Some(b));
         moves.uploads += 1;
         moves.bytes += self.layers[l].bytes() as u64;
@@ -162,14 +162,14 @@ impl SeqState {
             None => Ok(Cow::Borrowed(&self.layers[l])),
             Some(b) => {
                 let mut c = self.layers[l].clone();
-                b.state_download(self.key(l), &mut c).map_err(|e| move_err(l, "download", &**b, e))?;
+                b.state(StateOp::Download(self.key(l), &mut c)).map_err(|e| move_err(l, "download", &**b, e))?;
                 Ok(Cow::Owned(c))
             }
         }
     }
 
     /// Resets every device-owned layer in place on its backend
-    /// ([`Backend::state_reset`]); a layer whose backend cannot (or fails) is released to
+    /// ([`StateOp::Reset`]); a layer whose backend cannot (or fails) is released to
     /// the host. Returns, per layer, whether it is still device-owned (reset there): the
     /// caller resets the others' host copies.
     pub(crate) fn reset_device_copies(&mut self) -> Vec<bool> {
@@ -177,10 +177,10 @@ impl SeqState {
         for (l, k) in kept.iter_mut().enumerate() {
             let Some(b) = self.res.owner(l).cloned() else { continue };
             let key = self.key(l);
-            if matches!(b.state_reset(key), Ok(true)) {
+            if matches!(b.state(StateOp::Reset(key)), Ok(StateReply::Done)) {
                 *k = true;
             } else {
-                b.state_release(key);
+                let _ = b.state(StateOp::Release(key));
                 self.res.set(l, self.layers.len(), None);
             }
         }
@@ -191,11 +191,11 @@ impl SeqState {
     }
 
     /// Layer `l`'s snapshot at the current position: from the host copy, or from its
-    /// owner (ranged where it can, [`Backend::state_snapshot`], else a whole download).
+    /// owner (ranged where it can, [`StateOp::Snapshot`], else a whole download).
     pub(crate) fn layer_snapshot(&self, l: usize) -> Result<LayerSnapshot, MoveError> {
         if let Some(b) = self.res.owner(l) {
             let key = self.key(l);
-            if let Some(s) = b.state_snapshot(key, self.pos).map_err(|e| move_err(l, "snapshot", &**b, e))? {
+            if let StateReply::Snapshot(s) = b.state(StateOp::Snapshot(key, self.pos)).map_err(|e| move_err(l, "snapshot", &**b, e))? {
                 if !self.layers[l].accepts(&s) {
                     let e = OpError::Invalid { op: "state_snapshot", msg: "snapshot of another geometry than the layer's".into() };
                     return Err(move_err(l, "snapshot", &**b, e));
@@ -210,14 +210,14 @@ impl SeqState {
     pub(crate) fn drop_device_copies(&mut self) {
         for l in 0..self.res.at.len() {
             if let Some(b) = self.res.owner(l) {
-                b.state_release(self.key(l));
+                let _ = b.state(StateOp::Release(self.key(l)));
             }
         }
         self.res.at.clear();
     }
 
     /// A fork with a new id. A device-owned layer is copied on its backend where it can
-    /// ([`Backend::state_copy`]: the fork's layer stays there), else through the host.
+    /// ([`StateOp::Copy`]: the fork's layer stays there), else through the host.
     pub fn try_clone(&self) -> Result<SeqState, MoveError> {
         let mut c = SeqState {
             pos: self.pos,
@@ -229,10 +229,10 @@ impl SeqState {
         for l in 0..self.res.at.len() {
             let Some(b) = self.res.owner(l) else { continue };
             let (from, to) = (self.key(l), c.key(l));
-            if b.state_copy(from, to).map_err(|e| move_err(l, "copy", &**b, e))? {
+            if matches!(b.state(StateOp::Copy(from, to)).map_err(|e| move_err(l, "copy", &**b, e))?, StateReply::Done) {
                 c.res.set(l, c.layers.len(), Some(b));
             } else {
-                b.state_download(from, &mut c.layers[l]).map_err(|e| move_err(l, "download", &**b, e))?;
+                b.state(StateOp::Download(from, &mut c.layers[l])).map_err(|e| move_err(l, "download", &**b, e))?;
             }
         }
         Ok(c)

@@ -14,7 +14,7 @@ use pn_engine::planner::debug::Counters;
 use pn_engine::planner::{Device, Placement};
 use pn_engine::runner::Die;
 use pn_engine::sampler::argmax;
-use pn_engine::{Backend, Gguf, Node, Runner, Support};
+use pn_engine::{Backend, Gguf, HostKernels, HostMem, Node, Runner, Support};
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,24 +46,30 @@ fn find(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// The CUDA backend through the host protocol only (what a non-resident die would do).
-struct HostOnly(Arc<CudaBackend>);
+/// The CUDA backend one op at a time on host tensors (inputs uploaded, the result and
+/// the state downloaded per op: `CudaBackend::run`), as host kernels of the protocol.
+struct HostOnly(Arc<CudaBackend>, HostMem);
 
-impl Backend for HostOnly {
-    fn name(&self) -> &str {
+impl HostKernels for HostOnly {
+    fn label(&self) -> &str {
         "cuda-host"
     }
-    fn supports(&self, n: &Node) -> Support {
+    fn can_run(&self, n: &Node) -> Support {
         self.0.supports(n)
     }
-    fn execute(
+    fn mem(&self) -> &HostMem {
+        &self.1
+    }
+    fn kernel_into(
         &self,
         op: &Op,
         ins: &[Value<'_>],
-        out: &TensorMeta,
+        meta: &TensorMeta,
         st: Option<&mut LayerState>,
-    ) -> Result<Tensor, OpError> {
-        self.0.execute(op, ins, out, st)
+        out: &mut Tensor,
+    ) -> Result<(), OpError> {
+        pn_engine::store_into(out, self.0.run(op, ins, meta, st)?);
+        Ok(())
     }
 }
 
@@ -250,7 +256,7 @@ fn resident_runner_on_a_device() {
             &tokens,
         );
         assert!(off == got, "{name}: graph replay changed the logits");
-        let host: Arc<dyn Backend> = Arc::new(HostOnly(nograph.clone()));
+        let host: Arc<dyn Backend> = Arc::new(HostOnly(nograph.clone(), HostMem::new()));
         let (h, _) = trace(
             &runner(&path, Device::cuda(0), host),
             None,

@@ -4,7 +4,7 @@
 //! Without a device the backend under test is the reference (see `under_test`).
 
 use super::{both, cpu, cuda, t32, under_test, Rng};
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::{KvCache, KvType, LayerState, Op, RecurrentState, Shape, Tensor, Value};
 
 fn attn_op(h: usize, hkv: usize, d: usize) -> Op {
@@ -202,8 +202,7 @@ fn delta_case(what: &str, (dk, hk, dv, hv): (usize, usize, usize, usize), t: usi
         .execute(&op, &ins, &out, Some(&mut s_cpu))
         .expect("cpu");
     let dev = under_test();
-    let got = dev
-        .execute(&op, &ins, &out, Some(&mut s_dev))
+    let got = pn_engine::execute_op(&dev, &op, &ins, &out, Some(&mut s_dev))
         .unwrap_or_else(|e| panic!("{what}: {}: {e}", dev.name()));
     let (LayerState::Recurrent(sg), LayerState::Recurrent(sc)) = (s_dev, s_cpu) else {
         unreachable!()
