@@ -6,7 +6,7 @@
 //! still use the backend's own thread pool), so the caller can tokenize, sample, detokenize or
 //! prefill the next request meanwhile. The slots in the step are busy until it is reaped:
 //! using one is [`SlotError::Busy`]; the others can be bound, unbound or stepped.
-//! The default is per backend ([`async_for`]): asynchronous on a resident (device)
+//! The default is per backend ([`async_for`]): asynchronous on a device-memory
 //! backend, synchronous on the CPU, where the worker and the caller would compete for the
 //! same cores (slower, measured in docs/serving.md). `PN_ASYNC=1` / `PN_ASYNC=0` (or
 //! `QWEN35_ASYNC_SCHED`) force either mode. A synchronous step runs inside `step_begin`,
@@ -88,7 +88,7 @@ pub fn async_enabled() -> bool {
 }
 
 /// Whether steps on `runner` run asynchronously by default ([`Slots::step_begin`]): the
-/// environment's choice when set, else only when one of its dies is resident (a device
+/// environment's choice when set, else only when one of its dies has device memory (a device
 /// backend computes while the host samples and prefills). On the CPU the step's kernels
 /// and the caller's work share the same cores: a worker thread there only adds
 /// contention (measured slower, docs/serving.md), so the step runs in the caller's
@@ -99,7 +99,7 @@ pub fn async_for(runner: &Runner) -> bool {
 
 impl Slots {
     /// Launch a step (`batch[i]` = slot, next token). Asynchronous ([`async_for`]: on a
-    /// resident backend, or with `PN_ASYNC=1`) it returns at once ([`Launch::Async`]);
+    /// device backend, or with `PN_ASYNC=1`) it returns at once ([`Launch::Async`]);
     /// otherwise the step has run when it returns ([`Launch::Sync`]). One step in flight
     /// at a time.
     pub fn step_begin(&mut self, runner: &Arc<Runner>, batch: &[(SlotHandle, u32)]) -> Result<Launch, SlotError> {

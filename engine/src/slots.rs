@@ -12,7 +12,7 @@
 //! chunks of other sequences to a step.
 //!
 //! Slots own the bound sequences' states (binding, moving, compacting and resizing move
-//! the `SeqState` values: layers a resident backend holds stay there, keyed by the
+//! the `SeqState` values: layers a device backend holds stay there, keyed by the
 //! sequence's id). A [`SlotHandle`] names a binding: it carries
 //! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
@@ -191,7 +191,7 @@ impl Slots {
         self.bind_at(dst, st)
     }
     /// Copy a sequence's state into the free slot `dst` (a fork: both continue
-    /// independently from the same point; a resident backend copies its layers on the
+    /// independently from the same point; a device backend copies its layers on the
     /// device where it can, `SeqState::try_clone`).
     pub fn copy_to(&mut self, h: SlotHandle, dst: usize) -> Result<SlotHandle, SlotError> {
         let st = self.state(h)?.try_clone().map_err(RunError::from)?;

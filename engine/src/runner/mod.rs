@@ -61,7 +61,7 @@ pub enum RunError {
         device: String,
         reason: String,
     },
-    /// A resident backend failed to reserve, upload, download or copy a buffer slot
+    /// A backend failed to reserve, upload, download or copy a buffer slot
     /// (`slot`: its id and die, e.g. `slot 3/0#5 on cuda:0`).
     #[error("{action} of {node} ({slot}): {source}")]
     Slot {
@@ -70,7 +70,7 @@ pub enum RunError {
         slot: String,
         source: Box<OpError>,
     },
-    /// A layer state could not be moved between the host and a resident backend.
+    /// A layer state could not be moved between the host and a device backend.
     #[error("{0}")]
     StateMove(#[from] crate::state::MoveError),
 }
