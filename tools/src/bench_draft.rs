@@ -33,7 +33,7 @@ fn plain(l: &Loaded, cfg: &StateConfig, prompt: &[u32], gen: usize) -> Result<(f
 /// The same with drafts: (decode seconds, tokens, acceptance line, acceptance).
 fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize) -> Result<(f64, Vec<u32>, String, f64)> {
     let mut st = load::alloc_state(l, cfg)?;
-    let mut sp = d.speculator(l, cfg.max_seq, st.kv_type().unwrap_or(cfg.kv))?.expect("--draft is not none");
+    let mut sp = d.speculator(l, cfg.max_seq)?.expect("--draft is not none");
     let mut s = Sampler::new(SamplerConfig::greedy());
     let row = sp.prefill(&l.runner, &mut st, prompt)?;
     let t0 = Instant::now();

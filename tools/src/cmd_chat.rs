@@ -83,13 +83,13 @@ impl Session<'_> {
     fn restart(&mut self, messages: Vec<ChatMessage>) {
         let mut st = self.conv.take().expect("a conversation is always set").st;
         st.reset();
-        let (max_seq, kv) = (st.max_seq, st.kv_type().unwrap_or_default());
+        let max_seq = st.max_seq;
         let mut c = Conversation::new(None, st);
         c.messages = messages;
         self.conv = Some(c);
         if self.sp.is_some() {
             // a fresh sequence: a fresh drafter (its context and MTP cache start over)
-            match self.draft.speculator(self.l, max_seq, kv) {
+            match self.draft.speculator(self.l, max_seq) {
                 Ok(sp) => self.sp = sp,
                 Err(e) => output::report_error(&e),
             }
@@ -240,7 +240,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
     }
     let st = load::first_state(&l, &state_cfg)?;
-    let sp = a.draft.speculator(&l, st.max_seq, st.kv_type().unwrap_or(state_cfg.kv))?;
+    let sp = a.draft.speculator(&l, st.max_seq)?;
     banner(&l, &tok);
     let conv = Some(Conversation::new(a.system.as_deref(), st));
     let mut s = Session { l: &l, tok, conv, sampler: Sampler::new(cfg.clone()), cfg, limit, stops, draft: a.draft.clone(), sp };

@@ -82,7 +82,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("warning: generating at most {} tokens, not {n}: the context holds {max_seq}", max_seq - ids.len() + 1);
     }
     let mut st = load::first_state(&l, &kv_cfg)?;
-    let mut sp = a.draft.speculator(&l, max_seq, st.kv_type().unwrap_or(kv_cfg.kv))?;
+    let mut sp = a.draft.speculator(&l, max_seq)?;
     let mut sampler = Sampler::new(cfg);
     let mut out = std::io::stdout().lock();
     output::print(&mut out, &prompt)?;

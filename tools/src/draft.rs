@@ -41,14 +41,16 @@ impl DraftOpts {
         })
     }
     /// The speculator of one sequence (None for `--draft none`).
-    pub fn speculator(&self, l: &Loaded, max_seq: usize, kv: KvType) -> Result<Option<Speculator>> {
+    pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
         let drafter = match self.draft {
             DraftKind::None => return Ok(None),
             DraftKind::Lookup => Drafter::Lookup(Lookup::default()),
             DraftKind::Mtp => {
                 let block = pn_models::qwen35moe::mtp::load(&l.gguf).with_context(|| format!("--draft mtp with {}", l.name))?;
                 let backend = l.runner.dies()[0].backend.clone();
-                Drafter::Mtp(Box::new(MtpDrafter::new(block, l.gguf.clone(), backend, max_seq, kv)))
+                // the block's own cache in f32 whatever --kv-type: one layer (small), and
+                // its drafts are accepted more often than with a quantized cache
+                Drafter::Mtp(Box::new(MtpDrafter::new(block, l.gguf.clone(), backend, max_seq, KvType::F32)))
             }
         };
         Ok(Some(Speculator::new(&l.runner, drafter, self.n())?))

@@ -106,6 +106,8 @@ impl Speculator {
 
     /// Feeds the prompt (last-token logits), keeping what the drafter needs of it.
     pub fn prefill(&mut self, r: &Runner, st: &mut SeqState, ids: &[u32]) -> Result<Logits, SpecError> {
+        // the last round can no longer be undone (and its recording stops)
+        self.last = None;
         let logits = match &mut self.drafter {
             Drafter::Mtp(m) => {
                 let l = verify::forward_hidden(r, st, ids, false, &mut self.hidden)?;
@@ -115,7 +117,6 @@ impl Speculator {
             Drafter::Lookup(_) => r.forward(st, ids, false)?,
         };
         self.tokens.extend_from_slice(ids);
-        self.last = None;
         Ok(logits)
     }
 
@@ -167,6 +168,9 @@ impl Speculator {
         pass.rollback(st, *kept - n)?;
         *kept -= n;
         self.tokens.truncate(self.tokens.len() - n);
+        if let Drafter::Mtp(m) = &mut self.drafter {
+            m.unobserve(n);
+        }
         Ok(())
     }
 }

@@ -60,6 +60,12 @@ impl MtpDrafter {
         self.pending_h.extend_from_slice(rows);
     }
 
+    /// Drop the last `n` hidden rows given (their tokens were un-fed).
+    pub fn unobserve(&mut self, n: usize) {
+        let keep = self.pending_h.len().saturating_sub(n * self.block.n_embd());
+        self.pending_h.truncate(keep);
+    }
+
     /// Forget everything (a new sequence).
     pub fn reset(&mut self) {
         self.state.reset();

@@ -18,7 +18,7 @@
 //! recording anywhere, a kernel's only cost is one atomic load.
 
 use super::RecurrentState;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The history buffers of one recorded state.
@@ -50,11 +50,14 @@ impl Hist {
 
 struct Entry {
     key: usize,
+    /// The recording that owns it (a newer recording of the state replaces it).
+    id: u64,
     /// Taken by a kernel while it writes (None then).
     hist: Option<Hist>,
 }
 
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static TABLE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 fn key(st: &RecurrentState) -> usize {
@@ -86,6 +89,7 @@ pub fn put(st: &RecurrentState, h: Hist) {
 /// A scoped recording of some recurrent states (see the module doc).
 #[derive(Debug)]
 pub struct Recording {
+    id: u64,
     keys: Vec<usize>,
 }
 
@@ -93,6 +97,7 @@ impl Recording {
     /// Record `states` during the next passes: keep the states after each of a pass's
     /// last `keep` tokens (`keep` ≥ 1; 1 keeps nothing but the live state).
     pub fn start<'a>(states: impl IntoIterator<Item = &'a RecurrentState>, keep: usize) -> Recording {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let mut keys = Vec::new();
         let mut t = table();
         for st in states {
@@ -105,12 +110,13 @@ impl Recording {
                 conv_t: 0,
                 ssm_t: 0,
             };
+            // a state is recorded by its newest recording only
             t.retain(|e| e.key != k);
-            t.push(Entry { key: k, hist: Some(h) });
+            t.push(Entry { key: k, id, hist: Some(h) });
             keys.push(k);
         }
         ACTIVE.fetch_add(1, Ordering::AcqRel);
-        Recording { keys }
+        Recording { id, keys }
     }
 
     /// Put `st` back to its state after the first `n_keep` tokens of the last pass of
@@ -126,7 +132,10 @@ impl Recording {
             return Err("this recurrent state is not part of the recording".into());
         }
         let mut tab = table();
-        let e = tab.iter_mut().find(|e| e.key == k).ok_or("recording lost")?;
+        let e = tab
+            .iter_mut()
+            .find(|e| e.key == k && e.id == self.id)
+            .ok_or("the state was recorded again by a later pass: only the latest pass can be rolled back")?;
         let h = e.hist.as_ref().ok_or("the history is still being written")?;
         if h.conv_t != t || h.ssm_t != t {
             return Err(format!(
@@ -155,7 +164,7 @@ impl Recording {
 
 impl Drop for Recording {
     fn drop(&mut self) {
-        table().retain(|e| !self.keys.contains(&e.key));
+        table().retain(|e| e.id != self.id);
         ACTIVE.fetch_sub(1, Ordering::AcqRel);
     }
 }
