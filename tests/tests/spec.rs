@@ -146,3 +146,70 @@ fn mtp_without_an_mtp_block_is_a_clear_error() {
     let e = pn_models::qwen35moe::mtp::load(&g).err().expect("not qwen3.5").to_string();
     assert!(e.contains("has no MTP block"), "{e}");
 }
+
+/// Decode slots: every sequence's pending token and its own lookup drafts in one pass
+/// (different draft counts per sequence), each rolled back on its own: greedy output
+/// per sequence is still plain decoding's.
+#[test]
+fn lookup_under_slots_is_plain_greedy() {
+    use pn_engine::spec::slots::{round, SlotRound};
+    for m in ["ktiny-q4_k_m.gguf", "default"] {
+        let (r, _) = load(m);
+        let v = r.model().n_vocab();
+        let prompts: Vec<Vec<u32>> = (0..3)
+            .map(|i| {
+                let mut p = prompt(v);
+                p.rotate_left(i * 2);
+                p
+            })
+            .collect();
+        let n = 30;
+        let want: Vec<Vec<u32>> = prompts.iter().map(|p| plain(&r, p, n)).collect();
+        let mut slots = pn_engine::Slots::new(4);
+        struct Seq {
+            h: pn_engine::SlotHandle,
+            hist: Vec<u32>,
+            next: u32,
+            s: Sampler,
+            stats: SpecStats,
+            out: Vec<u32>,
+        }
+        let mut seqs: Vec<Seq> = prompts
+            .iter()
+            .map(|p| {
+                let mut st = r.new_state(256);
+                let l = r.forward(&mut st, p, false).unwrap();
+                let mut s = Sampler::new(SamplerConfig::greedy());
+                let next = s.sample(l.last());
+                Seq { h: slots.bind(st).unwrap(), hist: p.clone(), next, s, stats: SpecStats::default(), out: Vec::new() }
+            })
+            .collect();
+        let mut all = SpecStats::default();
+        while seqs.iter().any(|q| q.out.len() < n) {
+            let live: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].out.len() < n).collect();
+            let mut items: Vec<SlotRound<'_>> = Vec::new();
+            let mut pend = Vec::new();
+            for (i, q) in seqs.iter_mut().enumerate().filter(|(i, _)| live.contains(i)) {
+                q.out.push(q.next);
+                pend.push(i);
+                items.push(SlotRound { handle: q.h, history: &q.hist, pending: q.next, sampler: &mut q.s, stats: &mut q.stats });
+            }
+            let res = round(&mut slots, &r, &Lookup::default(), 4, &mut items).unwrap();
+            drop(items);
+            for (i, (acc, next)) in pend.into_iter().zip(res) {
+                let q = &mut seqs[i];
+                let p = q.next;
+                q.hist.push(p);
+                q.hist.extend(&acc);
+                q.out.extend(acc);
+                q.next = next;
+            }
+        }
+        for (i, q) in seqs.iter_mut().enumerate() {
+            q.out.truncate(n);
+            assert_eq!(q.out, want[i], "{m}: slot {i}");
+            all.add(&q.stats);
+        }
+        eprintln!("{m}: {}", all.line());
+    }
+}
