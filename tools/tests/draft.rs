@@ -65,3 +65,27 @@ fn bad_draft_flags_are_clear_errors() {
     assert_ne!(code, 0);
     assert!(err.contains("needs --draft mtp or --draft lookup"), "{err}");
 }
+
+/// `pn synth --nextn 1` writes an MTP block that `--draft mtp` runs (random weights: the
+/// text is still the plain greedy text); a file without one is a clear error.
+#[test]
+fn synth_nextn_block_drafts_and_a_file_without_one_is_refused() {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
+    std::fs::create_dir_all(&d).unwrap();
+    let (with, without) = (d.join("nextn.gguf").display().to_string(), d.join("plain.gguf").display().to_string());
+    for (f, extra) in [(&with, vec!["--nextn", "1"]), (&without, vec![])] {
+        let mut args = vec!["synth", "--preset", "tiny", "--type", "q8_0", "-t", "2", "--out", f];
+        args.extend(extra);
+        let (code, _, err) = pn(&args);
+        assert_eq!(code, 0, "{err}");
+    }
+    let base = ["run", "--model", &with, "-p", "a b c", "-n", "24", "--greedy", "-t", "2"];
+    let (code, want, err) = pn(&base);
+    assert_eq!(code, 0, "{err}");
+    let (code, got, err) = pn(&[&base[..], &["--draft", "mtp", "--draft-n", "3"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(got, want);
+    let (code, _, err) = pn(&["run", "--model", &without, "-p", "a", "-n", "4", "--draft", "mtp"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no MTP (nextn) block") && err.contains("--draft lookup"), "{err}");
+}
