@@ -57,6 +57,39 @@ struct Entry {
 }
 
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+/// Buffers of dropped recordings, reused by the next ones: a verify pass records K
+/// states per layer (MBs on a large model), and fresh allocations would be zeroed and
+/// page-faulted in on every pass.
+static POOL: Mutex<Vec<Vec<f32>>> = Mutex::new(Vec::new());
+/// At most this many bytes wait in the pool (the rest is freed).
+const POOL_MAX_BYTES: usize = 1 << 30;
+
+/// A buffer of `n` floats from the pool (its contents are stale: every entry a rollback
+/// reads is written by the pass first), or a new one.
+fn buffer(n: usize) -> Vec<f32> {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut b = match pool.iter().position(|b| b.capacity() >= n) {
+        Some(i) => pool.swap_remove(i),
+        None => pool.pop().unwrap_or_default(),
+    };
+    if b.len() > n {
+        b.truncate(n);
+    } else {
+        b.resize(n, 0.0);
+    }
+    b
+}
+
+fn recycle(h: Hist) {
+    let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut bytes: usize = pool.iter().map(|b| b.capacity() * 4).sum();
+    for b in [h.conv, h.ssm] {
+        if b.capacity() > 0 && bytes + b.capacity() * 4 <= POOL_MAX_BYTES {
+            bytes += b.capacity() * 4;
+            pool.push(b);
+        }
+    }
+}
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 static TABLE: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
@@ -105,13 +138,17 @@ impl Recording {
             let n = keep.saturating_sub(1);
             let h = Hist {
                 keep: keep.max(1),
-                conv: vec![0.0; n * st.conv.len()],
-                ssm: vec![0.0; n * st.ssm.len()],
+                conv: buffer(n * st.conv.len()),
+                ssm: buffer(n * st.ssm.len()),
                 conv_t: 0,
                 ssm_t: 0,
             };
             // a state is recorded by its newest recording only
-            t.retain(|e| e.key != k);
+            if let Some(i) = t.iter().position(|e| e.key == k) {
+                if let Some(old) = t.swap_remove(i).hist {
+                    recycle(old);
+                }
+            }
             t.push(Entry { key: k, id, hist: Some(h) });
             keys.push(k);
         }
@@ -164,7 +201,17 @@ impl Recording {
 
 impl Drop for Recording {
     fn drop(&mut self) {
-        table().retain(|e| e.id != self.id);
+        let mut t = table();
+        let mut i = 0;
+        while i < t.len() {
+            if t[i].id == self.id {
+                if let Some(h) = t.swap_remove(i).hist {
+                    recycle(h);
+                }
+            } else {
+                i += 1;
+            }
+        }
         ACTIVE.fetch_sub(1, Ordering::AcqRel);
     }
 }
