@@ -282,6 +282,9 @@ thread_local! {
 /// and the first token kept (the states after tokens `first..first + n`).
 type HeadHist<'h> = Option<(&'h mut [f32], usize)>;
 
+/// One (sequence, V head) task: inputs, head, state, output, history block.
+type HeadTask<'p, 'h> = (&'p Delta<'p>, usize, &'h mut [f32], &'h mut [f32], HeadHist<'h>);
+
 /// One V head over all tokens: `s` is the head's state [Dv][Dk], `o` its output [T][Dv];
 /// with `hist`, the states after the kept tokens are copied out on the way (the tokens
 /// run one call each from `first`, bitwise the same recurrence).
@@ -431,7 +434,7 @@ fn delta_rule_seqs_of(seqs: &mut [(Delta<'_>, &mut RecurrentState)], n: usize, y
             // (sequence, V head) tasks: the head's state [Dv][Dk], output [t][Dv] and
             // history block (when the sequence is recorded)
             let mut hists: Vec<Option<history::Hist>> = seqs.iter().map(|(_, st)| history::take(st)).collect();
-            let mut tasks: Vec<(&Delta<'_>, usize, &mut [f32], &mut [f32], HeadHist<'_>)> = Vec::with_capacity(seqs.len() * hv);
+            let mut tasks: Vec<HeadTask<'_, '_>> = Vec::with_capacity(seqs.len() * hv);
             let mut rest = ohs;
             for ((p, st), hist) in seqs.iter_mut().zip(hists.iter_mut()) {
                 let (mine, tail) = rest.split_at_mut(hv * p.t * dv);

@@ -64,13 +64,16 @@ fn inputs(t: usize, seed: u32) -> Inputs {
     }
 }
 
+/// One op on one state (a backend's or the reference's execute).
+type Exec<'a> = dyn Fn(&Op, &[Value<'_>], &TensorMeta, &mut LayerState) -> Tensor + 'a;
+
 fn slice(v: &[f32], per: usize, a: usize, b: usize) -> Vec<f32> {
     v[a * per..b * per].to_vec()
 }
 
 /// Runs conv + delta rule of tokens a..b on `st` with `exec` (a backend's or the
 /// reference's execute); returns both outputs.
-fn run(exec: &dyn Fn(&Op, &[Value<'_>], &TensorMeta, &mut LayerState) -> Tensor, inp: &Inputs, a: usize, b: usize, st: &mut LayerState) -> (Vec<f32>, Vec<f32>) {
+fn run(exec: &Exec<'_>, inp: &Inputs, a: usize, b: usize, st: &mut LayerState) -> (Vec<f32>, Vec<f32>) {
     let t = b - a;
     let w = WeightView { name: "taps", ty: GgmlType::F32, shape: Shape::d2(D_CONV, C), bytes: &inp.taps };
     let x = Tensor::f32(Shape::d2(C, t), slice(&inp.x, C, a, b));
@@ -85,7 +88,7 @@ fn run(exec: &dyn Fn(&Op, &[Value<'_>], &TensorMeta, &mut LayerState) -> Tensor,
     (conv.into_f32(), o.into_f32())
 }
 
-fn check(name: &str, exec: &dyn Fn(&Op, &[Value<'_>], &TensorMeta, &mut LayerState) -> Tensor) {
+fn check(name: &str, exec: &Exec<'_>) {
     let (head, t) = (3, 6);
     let inp = inputs(head + t, 11);
     for keep_hist in [t, 3] {
