@@ -114,6 +114,16 @@ impl GraphBuilder {
         self.push(op, &[], TensorMeta::i32(Shape::d1(n)), name.to_string())
     }
 
+    /// An f32 input `[shape]` the caller fills by name: for graphs run by an executor
+    /// that fills it (crate::spec::exec; the MTP block's hidden-state input). The runner
+    /// rejects such a graph (no GGUF tensor of that name and type).
+    pub fn external(&mut self, name: &str, shape: Shape) -> Result<NodeId, GraphError> {
+        let saved = self.layer.take();
+        let id = self.push(Op::Weight { name: name.to_string() }, &[], TensorMeta::f32(shape), name.to_string());
+        self.layer = saved;
+        id
+    }
+
     /// A weight leaf (deduplicated by tensor name).
     pub fn weight(&mut self, name: &str, ty: GgmlType, shape: Shape) -> Result<NodeId, GraphError> {
         if let Some(&id) = self.weights.get(name) {

@@ -18,6 +18,7 @@ pub mod prefix_cache;
 pub mod runner;
 pub mod sampler;
 pub mod slots;
+pub mod spec;
 pub mod state;
 pub mod stop;
 pub mod tensor_dump;

@@ -98,6 +98,23 @@ impl Sampler {
     }
 
     fn pick(&mut self, logits: &[f32]) -> u32 {
+        let d = self.distribution(logits);
+        if d.point {
+            return d.ids[0];
+        }
+        self.draw(&d)
+    }
+
+    /// Whether sampling is greedy (a point mass on the argmax).
+    pub fn is_greedy(&self) -> bool {
+        self.cfg.temperature <= 0.0
+    }
+
+    /// The distribution [`Sampler::sample`] draws from for `logits` (repetition penalty
+    /// over the recent tokens, temperature, top-k, top-p, min-p): candidates in
+    /// descending logit order with unnormalized weights (greedy: the argmax, weight 1).
+    /// Speculative decoding's rejection sampling reads it (crate::spec::accept).
+    pub fn distribution(&self, logits: &[f32]) -> Dist {
         let mut l = logits.to_vec();
         if self.cfg.repeat_penalty != 1.0 {
             for &t in &self.recent {
@@ -107,12 +124,12 @@ impl Sampler {
             }
         }
         if self.cfg.temperature <= 0.0 {
-            return argmax(&l) as u32;
+            return Dist { ids: vec![argmax(&l) as u32], w: vec![1.0], point: true };
         }
         // candidates sorted by logit, descending (stable: lower id first on ties)
         let mut cand: Vec<(u32, f32)> = l.iter().enumerate().filter(|(_, v)| v.is_finite()).map(|(i, &v)| (i as u32, v)).collect();
         if cand.is_empty() {
-            return argmax(logits) as u32;
+            return Dist { ids: vec![argmax(logits) as u32], w: vec![1.0], point: true };
         }
         cand.sort_by(|a, b| b.1.total_cmp(&a.1));
         if self.cfg.top_k > 0 {
@@ -142,15 +159,58 @@ impl Sampler {
             let keep = p.iter().take_while(|&&x| x >= floor).count().max(1);
             p.truncate(keep);
         }
-        let total: f64 = p.iter().sum();
+        cand.truncate(p.len());
+        Dist { ids: cand.into_iter().map(|c| c.0).collect(), w: p, point: false }
+    }
+
+    /// A draw from `d` (one uniform number of the seeded generator); not remembered
+    /// (call [`Sampler::observe`]).
+    pub fn draw(&mut self, d: &Dist) -> u32 {
+        let total: f64 = d.w.iter().sum();
         let mut r = self.rng.next_f64() * total;
-        for (i, &x) in p.iter().enumerate() {
+        for (i, &x) in d.w.iter().enumerate() {
             if r < x {
-                return cand[i].0;
+                return d.ids[i];
             }
             r -= x;
         }
-        cand[p.len() - 1].0
+        d.ids[d.w.len() - 1]
+    }
+
+    /// A uniform number in [0, 1) from the seeded generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+}
+
+/// A sampling distribution: token ids and their weights (unnormalized, all > 0 unless
+/// underflowed), as [`Sampler::distribution`] gives it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dist {
+    pub ids: Vec<u32>,
+    pub w: Vec<f64>,
+    /// A point mass taken without a draw (greedy, or no finite logit).
+    pub point: bool,
+}
+
+impl Dist {
+    /// The probability of `id` (0 when it is not a candidate).
+    pub fn prob(&self, id: u32) -> f64 {
+        let total: f64 = self.w.iter().sum();
+        match self.ids.iter().position(|&x| x == id) {
+            Some(i) if total > 0.0 => self.w[i] / total,
+            _ => 0.0,
+        }
+    }
+    /// The same without `id` (the residual of a rejected point-mass draft), or None
+    /// when nothing else has weight.
+    pub fn without(&self, id: u32) -> Option<Dist> {
+        let mut d = self.clone();
+        if let Some(i) = d.ids.iter().position(|&x| x == id) {
+            d.ids.remove(i);
+            d.w.remove(i);
+        }
+        (d.w.iter().sum::<f64>() > 0.0).then_some(d)
     }
 }
 

@@ -7,6 +7,7 @@
 //! cells (attention sinks and the local context carry most of the attention mass, so
 //! their precision decides near-ties).
 
+pub mod history;
 pub mod kv;
 
 pub use kv::{KvType, Overflow};

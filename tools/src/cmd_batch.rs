@@ -18,6 +18,8 @@ use pn_engine::async_step::async_for;
 use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::slots::{resolve_max_slots, slot_ladder};
+use pn_engine::spec::slots::SlotRound;
+use pn_engine::spec::{DraftKind, Lookup, SpecStats};
 use pn_engine::state::kv;
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
@@ -56,6 +58,10 @@ pub struct BatchArgs {
     /// mixed passes); bounded by --ubatch
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
+    /// `--draft lookup`: each slot verifies its own prompt-lookup drafts in the step's
+    /// pass (prompts are then prefilled alone, not in chunks inside the steps)
+    #[command(flatten)]
+    draft: crate::draft::DraftOpts,
 }
 
 /// A sequence being generated.
@@ -68,6 +74,9 @@ struct Seq {
     n_gen: usize,
     prompt_tokens: usize,
     cached: usize,
+    /// With --draft: every token fed (prompt, then generated) and the draft counters.
+    hist: Vec<u32>,
+    stats: SpecStats,
 }
 
 /// A prefilled sequence: its state and first sampled token, waiting for a slot.
@@ -89,6 +98,8 @@ struct Batch<'a> {
     n: usize,
     spare: Vec<SeqState>,
     results: Vec<Option<String>>,
+    /// `--draft lookup`: sequences keep their token history.
+    drafting: bool,
     printed: usize,
     prefill_tokens: usize,
     progress: indicatif::ProgressBar,
@@ -163,7 +174,8 @@ impl Batch<'_> {
         let next = sampler.sample(load::finite(logits)?);
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
-        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused };
+        let hist = if self.drafting { ids.clone() } else { Vec::new() };
+        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused, hist, stats: SpecStats::default() };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })
     }
@@ -234,6 +246,12 @@ pub fn run(a: BatchArgs) -> Result<()> {
     }
     let want = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
     load::check(&a.opts)?;
+    a.draft.check()?;
+    let drafting = match a.draft.draft {
+        DraftKind::None => false,
+        DraftKind::Lookup => true,
+        DraftKind::Mtp => bail!("--draft mtp: not with pn batch yet (the MTP block needs each sequence's hidden rows, which a multi-sequence pass does not give out); use --draft lookup"),
+    };
     let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
     let name = l.name.clone();
@@ -273,7 +291,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
             failed += 1;
         }
     }
-    let asynchronous = async_for(&runner);
+    let asynchronous = async_for(&runner) && !drafting;
     let mut b = Batch {
         runner: &runner,
         tok: &tok,
@@ -289,6 +307,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         prefill_tokens: 0,
         progress: crate::progress::bar(prompts.len() as u64, "batch", "prompts"),
         results,
+        drafting,
     };
     b.progress.inc(failed as u64);
     b.print_ready()?;
@@ -298,6 +317,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let mut live: Vec<(SlotHandle, Seq, u32)> = Vec::new();
     let t0 = Instant::now();
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
+    let mut spec_total = SpecStats::default();
     // prompts being prefilled in chunks inside the steps (synchronous steps)
     let mut filling: Vec<Fill> = Vec::new();
     loop {
@@ -305,7 +325,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         while live.len() < n_slots {
             let r = match ready.pop_front() {
                 Some(r) => r,
-                None if asynchronous => match pending.pop_front() {
+                None if asynchronous || drafting => match pending.pop_front() {
                     Some(i) => match b.prefill(i)? {
                         Some(r) => r,
                         None => continue,
@@ -318,7 +338,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         }
         // synchronous: start prompts for the free slots, and one ahead of a slot that
         // frees up (its prefill then rides along in the decode passes)
-        while !asynchronous && live.len() + ready.len() + filling.len() < n_slots + 1 {
+        while !asynchronous && !drafting && live.len() + ready.len() + filling.len() < n_slots + 1 {
             let Some(&i) = pending.front() else { break };
             if b.waits_for_cache(i, &filling) {
                 break;
@@ -328,6 +348,40 @@ pub fn run(a: BatchArgs) -> Result<()> {
         }
         if live.is_empty() && filling.is_empty() {
             break;
+        }
+        if drafting {
+            // one pass: every slot's pending token and its own drafts (spec::slots)
+            let ts = Instant::now();
+            let mut items: Vec<SlotRound<'_>> =
+                live.iter_mut().map(|(h, s, t)| SlotRound { handle: *h, history: &s.hist, pending: *t, sampler: &mut s.sampler, stats: &mut s.stats }).collect();
+            let res = pn_engine::spec::slots::round(&mut slots, &runner, &Lookup::default(), a.draft.n(), &mut items)?;
+            drop(items);
+            decode_s += ts.elapsed().as_secs_f64();
+            steps += 1;
+            step_tokens += live.len();
+            let mut still = Vec::with_capacity(live.len());
+            for ((h, mut s, t), (acc, next)) in live.into_iter().zip(res) {
+                s.hist.push(t);
+                s.hist.extend_from_slice(&acc);
+                step_tokens += acc.len();
+                let (mut alive, mut last) = (true, t);
+                for &d in acc.iter().chain([&next]) {
+                    last = d;
+                    if !b.accept(&mut s, d) {
+                        alive = false;
+                        break;
+                    }
+                }
+                if alive {
+                    still.push((h, s, next));
+                } else {
+                    spec_total.add(&s.stats);
+                    let st = slots.unbind(h)?;
+                    b.finish(s, st, last)?;
+                }
+            }
+            live = still;
+            continue;
         }
         let batch: Vec<(SlotHandle, u32)> = live.iter().map(|(h, _, t)| (*h, *t)).collect();
         let ts = Instant::now();
@@ -407,6 +461,9 @@ pub fn run(a: BatchArgs) -> Result<()> {
         step_tokens as f64 / decode_s.max(1e-9),
         step_tokens as f64 / steps.max(1) as f64,
     );
+    if drafting {
+        eprintln!("[draft lookup ×{}: {}]", a.draft.n(), spec_total.line());
+    }
     if failed > 0 {
         bail!("{failed} of {} prompts could not run (their lines hold the \"error\")", prompts.len());
     }

@@ -24,6 +24,14 @@ pub struct BenchArgs {
     /// only, K·gen tokens) and `agg_tok_s` (the same tokens over prefill + decode)
     #[arg(long)]
     slots: Option<usize>,
+    #[command(flatten)]
+    draft: crate::draft::DraftOpts,
+    /// With --draft: the prompt, from a text file (default: the bench's token stream)
+    #[arg(long, value_name = "FILE")]
+    prompt_file: Option<std::path::PathBuf>,
+    /// Also time verify passes of 2, 4 and 8 tokens against a 1-token step
+    #[arg(long)]
+    verify_cost: bool,
 }
 
 fn round2(x: f64) -> f64 {
@@ -42,12 +50,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
             bail!("--slots: expected 1..={} sequences, found {k}", pn_engine::slots::MAX_SLOTS);
         }
     }
+    a.draft.check()?;
+    let drafting = a.draft.draft != pn_engine::spec::DraftKind::None;
+    if (drafting || a.verify_cost) && a.slots.is_some() {
+        bail!("--draft / --verify-cost: one sequence only (not with --slots)");
+    }
     let l = load::load(&a.opts)?;
     let n_vocab = l.runner.model().n_vocab();
     if n_vocab <= 8 {
         bail!("the model's vocabulary ({n_vocab}) is too small to benchmark");
     }
-    let state_cfg = load::state_config(&a.opts, Some(a.prompt_len + a.gen + 16), None)?;
+    let state_cfg = load::state_config(&a.opts, Some(a.prompt_len.max(if a.prompt_file.is_some() { 4096 } else { 0 }) + a.gen + 16), None)?;
     let head = serde_json::json!({
         "engine": "pantheon",
         "model": l.name,
@@ -57,6 +70,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         "gen": a.gen,
     });
     let mut line = match a.slots {
+        None if drafting || a.verify_cost => drafts(&a, &l, &state_cfg)?,
         None => single(&a, &l, &state_cfg)?,
         Some(k) => slots(&a, &l, &state_cfg, k)?,
     };
@@ -85,6 +99,31 @@ fn single(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConf
         best_tg = best_tg.max(a.gen as f64 / (t2 - t1).as_secs_f64());
     }
     Ok(serde_json::json!({ "pp_tok_s": round2(best_pp), "tg_tok_s": round2(best_tg) }))
+}
+
+/// `--draft` / `--verify-cost` (bench_draft.rs).
+fn drafts(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConfig) -> Result<serde_json::Value> {
+    let prompt: Vec<u32> = match &a.prompt_file {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("--prompt-file {}: {e}", p.display()))?;
+            load::tokenizer(l)?.encode(&text, true)
+        }
+        None => {
+            let v = l.runner.model().n_vocab() - 8;
+            (0..a.prompt_len).map(|i| ((i * 7919 + 13) % v) as u32).collect()
+        }
+    };
+    if prompt.is_empty() || prompt.len() + a.gen + 16 > cfg.max_seq {
+        bail!("--prompt-file: expected 1..={} tokens, found {}", cfg.max_seq.saturating_sub(a.gen + 16), prompt.len());
+    }
+    let mut out = serde_json::Map::new();
+    if a.draft.draft != pn_engine::spec::DraftKind::None {
+        out.append(crate::bench_draft::compare(l, cfg, &a.draft, &prompt, a.gen, a.reps)?.as_object_mut().expect("an object"));
+    }
+    if a.verify_cost {
+        out.append(crate::bench_draft::verify_cost(l, cfg, &prompt, a.reps)?.as_object_mut().expect("an object"));
+    }
+    Ok(serde_json::Value::Object(out))
 }
 
 /// K sequences: each prompt prefilled, bound to a slot, then `gen` steps of all K slots

@@ -33,6 +33,8 @@ pub struct ChatArgs {
     sampling: crate::sampling::SamplingOpts,
     #[command(flatten)]
     ctx: load::ContextOpts,
+    #[command(flatten)]
+    draft: crate::draft::DraftOpts,
 }
 
 const HELP: &str = "commands:
@@ -62,6 +64,9 @@ struct Session<'a> {
     sampler: Sampler,
     limit: Option<usize>,
     stops: Vec<String>,
+    /// `--draft`: the conversation's speculator (None: plain decoding), remade on restart.
+    draft: crate::draft::DraftOpts,
+    sp: Option<pn_engine::spec::Speculator>,
 }
 
 enum Flow {
@@ -78,9 +83,17 @@ impl Session<'_> {
     fn restart(&mut self, messages: Vec<ChatMessage>) {
         let mut st = self.conv.take().expect("a conversation is always set").st;
         st.reset();
+        let max_seq = st.max_seq;
         let mut c = Conversation::new(None, st);
         c.messages = messages;
         self.conv = Some(c);
+        if self.sp.is_some() {
+            // a fresh sequence: a fresh drafter (its context and MTP cache start over)
+            match self.draft.speculator(self.l, max_seq) {
+                Ok(sp) => self.sp = sp,
+                Err(e) => output::report_error(&e),
+            }
+        }
     }
 
     fn system_messages(&mut self) -> Vec<ChatMessage> {
@@ -177,16 +190,23 @@ impl Session<'_> {
         let spec = Spec { limit: self.limit, ignore_eos: false, stops: &self.stops, feed_last: true, interrupt: Some(interrupt) };
         let mut out = std::io::stdout().lock();
         let mut last = '\n';
-        let g = generate::generate(&self.l.runner, &self.tok, &mut conv.st, &mut self.sampler, &ids, &spec, None, &mut |t| {
+        let mut emit = |t: &str| {
             last = t.chars().last().unwrap_or(last);
             output::print(&mut out, t)
-        })?;
+        };
+        let g = match self.sp.as_mut() {
+            Some(sp) => generate::generate_drafted(&self.l.runner, &self.tok, &mut conv.st, &mut self.sampler, sp, &ids, &spec, &mut emit)?,
+            None => generate::generate(&self.l.runner, &self.tok, &mut conv.st, &mut self.sampler, &ids, &spec, None, &mut emit)?,
+        };
         if last != '\n' {
             output::print(&mut out, "\n")?;
         }
         // the state holds every token shown (and a matched stop string): record that text
         conv.assistant_turn(g.text);
         eprintln!("[{}; prompt {}; stopped: {}]", generate::rate(g.tokens, g.gen_s), generate::rate(ids.len(), g.prefill_s), g.reason);
+        if let Some(sp) = &self.sp {
+            eprintln!("[draft {} ×{}: {}]", self.draft.draft, sp.n_draft, sp.stats.line());
+        }
         Ok(())
     }
 }
@@ -211,6 +231,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     let cfg = a.sampling.config(a.opts.model.is_none())?;
     let state_cfg: StateConfig = load::state_config(&a.opts, a.ctx.max_seq, None)?;
     load::check(&a.opts)?;
+    a.draft.check()?;
     let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
     let interrupt = Arc::new(AtomicBool::new(false));
@@ -219,8 +240,10 @@ pub fn run(a: ChatArgs) -> Result<()> {
         ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
     }
     let st = load::first_state(&l, &state_cfg)?;
+    let sp = a.draft.speculator(&l, st.max_seq)?;
     banner(&l, &tok);
-    let mut s = Session { l: &l, tok, conv: Some(Conversation::new(a.system.as_deref(), st)), sampler: Sampler::new(cfg.clone()), cfg, limit, stops };
+    let conv = Some(Conversation::new(a.system.as_deref(), st));
+    let mut s = Session { l: &l, tok, conv, sampler: Sampler::new(cfg.clone()), cfg, limit, stops, draft: a.draft.clone(), sp };
     let mut reader = Reader::new()?;
     loop {
         let line = match reader.read(">>> ")? {

@@ -27,6 +27,8 @@ pub struct RunArgs {
     sampling: crate::sampling::SamplingOpts,
     #[command(flatten)]
     ctx: load::ContextOpts,
+    #[command(flatten)]
+    draft: crate::draft::DraftOpts,
     /// Do not stop at end-of-generation tokens
     #[arg(long)]
     ignore_eos: bool,
@@ -56,7 +58,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         (None, false) => bail!("--prompt: expected a prompt for --model (-p TEXT, -f FILE or text on stdin; only the built-in model has a default prompt)"),
     };
     load::check(&a.opts)?;
+    a.draft.check()?;
     let mut rec = a.dump.recorder()?;
+    if rec.is_some() && a.draft.draft != pn_engine::spec::DraftKind::None {
+        bail!("--dump-tensors: not with --draft (a verify pass is not a decode step); use --draft none");
+    }
     let l = load::load(&a.opts)?;
     let tok = load::tokenizer(&l)?;
     let max_seq = kv_cfg.max_seq;
@@ -76,11 +82,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         eprintln!("warning: generating at most {} tokens, not {n}: the context holds {max_seq}", max_seq - ids.len() + 1);
     }
     let mut st = load::first_state(&l, &kv_cfg)?;
+    let mut sp = a.draft.speculator(&l, max_seq)?;
     let mut sampler = Sampler::new(cfg);
     let mut out = std::io::stdout().lock();
     output::print(&mut out, &prompt)?;
     let spec = Spec { limit, ignore_eos: a.ignore_eos, stops: &stops, feed_last: false, interrupt: None };
-    let g = generate::generate(&l.runner, &tok, &mut st, &mut sampler, &ids, &spec, rec.as_mut(), &mut |t| output::print(&mut out, t))?;
+    let g = match sp.as_mut() {
+        Some(sp) => generate::generate_drafted(&l.runner, &tok, &mut st, &mut sampler, sp, &ids, &spec, &mut |t| output::print(&mut out, t))?,
+        None => generate::generate(&l.runner, &tok, &mut st, &mut sampler, &ids, &spec, rec.as_mut(), &mut |t| output::print(&mut out, t))?,
+    };
     output::print(&mut out, "\n")?;
     a.dump.finish(rec)?;
     eprintln!(
@@ -90,5 +100,8 @@ pub fn run(a: RunArgs) -> Result<()> {
         generate::rate(g.tokens, g.gen_s),
         g.reason
     );
+    if let Some(sp) = &sp {
+        eprintln!("[draft {} ×{}: {}]", a.draft.draft, sp.n_draft, sp.stats.line());
+    }
     Ok(())
 }

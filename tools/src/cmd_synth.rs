@@ -55,6 +55,11 @@ pub struct SynthArgs {
     /// Threads (0 = all cores)
     #[arg(long, short = 't', default_value_t = 0)]
     threads: usize,
+    /// MTP (nextn) blocks after the layers (0 or 1; qwen35moe): block_count grows by one
+    /// and `blk.N.*` holds an attention + MoE layer with `nextn.{eh_proj,enorm,hnorm,
+    /// shared_head_norm}` (random weights: for speed measurements, not acceptance)
+    #[arg(long, default_value_t = 0)]
+    nextn: usize,
 }
 
 /// Model dimensions (synth presets; spec §2 names).
@@ -244,7 +249,8 @@ pub(crate) fn fit(ty: GgmlType, ne0: usize) -> GgmlType {
 }
 
 /// Every tensor of the file, in order, with its type and initialization.
-pub(crate) fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
+/// The tensors of the file: `d.n_layer` layers, then `nextn` MTP blocks.
+pub(crate) fn plan(d: &Dims, wt: &WeightType, tied: bool, nextn: usize) -> Vec<TensorPlan> {
     let (e, h, hkv, hd) = (d.n_embd, d.n_head, d.n_head_kv, d.head_dim);
     let (s, g, v) = (d.ssm_state, d.ssm_groups, d.ssm_dt_rank);
     let d_inner = s * v;
@@ -269,13 +275,14 @@ pub(crate) fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
     if !tied {
         t("output.weight".into(), &[e, n_vocab], Some(q6), Init::Mat(1.0));
     }
-    for il in 0..d.n_layer {
+    for il in 0..d.n_layer + nextn {
         let p = |n: &str| format!("blk.{il}.{n}");
+        let mtp = il >= d.n_layer;
         let wv = if more_bits(il, n_wv) { Some(q6) } else { b };
         let down = if more_bits(il, d.n_layer) { Some(q6) } else { b };
         t(p("attn_norm.weight"), &[e], None, Init::Norm);
         t(p("post_attention_norm.weight"), &[e], None, Init::Norm);
-        if is_attn(il) {
+        if is_attn(il) || mtp {
             t(p("attn_q.weight"), &[e, 2 * hd * h], b, Init::Mat(1.0));
             t(p("attn_k.weight"), &[e, hd * hkv], b, Init::Mat(1.0));
             t(p("attn_v.weight"), &[e, hd * hkv], wv, Init::Mat(1.0));
@@ -302,12 +309,18 @@ pub(crate) fn plan(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
         t(p("ffn_gate_shexp.weight"), &[e, sff], b, Init::Mat(1.0));
         t(p("ffn_up_shexp.weight"), &[e, sff], b, Init::Mat(1.0));
         t(p("ffn_down_shexp.weight"), &[sff, e], down, Init::Mat(1.0));
+        if mtp {
+            t(p("nextn.eh_proj.weight"), &[2 * e, e], b, Init::Mat(1.0));
+            t(p("nextn.enorm.weight"), &[e], None, Init::Norm);
+            t(p("nextn.hnorm.weight"), &[e], None, Init::Norm);
+            t(p("nextn.shared_head_norm.weight"), &[e], None, Init::Norm);
+        }
     }
     out
 }
 
 /// The metadata of the file (the key set of the oracle's synthetic fixtures).
-pub(crate) fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<(String, MetaValue)> {
+pub(crate) fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize, nextn: usize) -> Vec<(String, MetaValue)> {
     use MetaValue::*;
     let k = |s: &str| format!("qwen35moe.{s}");
     let u = |x: usize| U32(x as u32);
@@ -318,10 +331,10 @@ pub(crate) fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<
     let (tokens, types, merges) = vocabulary(d.vocab);
     let bos = d.vocab as u32;
     let strs = |v: Vec<std::string::String>| Array(v.into_iter().map(String).collect());
-    vec![
+    let mut m = vec![
         ("general.architecture".into(), String("qwen35moe".into())),
         ("general.name".into(), String(name.into())),
-        (k("block_count"), u(d.n_layer)),
+        (k("block_count"), u(d.n_layer + nextn)),
         (k("context_length"), u(ctx)),
         (k("embedding_length"), u(d.n_embd)),
         (k("feed_forward_length"), u(d.expert_ff * d.n_expert_used)),
@@ -355,7 +368,11 @@ pub(crate) fn metadata(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<
         ("tokenizer.chat_template".into(), String(CHAT_TEMPLATE.into())),
         ("general.quantization_version".into(), U32(2)),
         ("general.file_type".into(), U32(file_type)),
-    ]
+    ];
+    if nextn > 0 {
+        m.insert(3, (k("nextn_predict_layers"), u(nextn)));
+    }
+    m
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
@@ -368,13 +385,16 @@ pub fn run(a: SynthArgs) -> Result<()> {
         bail!("--out {}: expected a file path, found a directory", a.out.display());
     }
     debug_assert!(QUANTIZABLE.contains(&wt.base));
+    if a.nextn > 1 || (a.nextn > 0 && a.arch != "qwen35moe") {
+        bail!("--nextn: expected 0, or 1 with --arch qwen35moe, found {} ({})", a.nextn, a.arch);
+    }
     if a.arch != "qwen35moe" || a.spm {
         let o = crate::synth_arch::ArchOpts { arch: &a.arch, spm: a.spm, seed: a.seed, ctx: a.ctx, tied: a.tied, threads: a.threads };
         return crate::synth_arch::run(&o, &d, &wt, &a.preset, &a.ty.to_ascii_lowercase(), &a.out);
     }
     let name = format!("synthetic-qwen35moe-{}-{}", a.preset, a.ty.to_ascii_lowercase());
-    let meta = metadata(&d, &name, wt.file_type, a.ctx);
-    let tensors = plan(&d, &wt, a.tied);
+    let meta = metadata(&d, &name, wt.file_type, a.ctx, a.nextn);
+    let tensors = plan(&d, &wt, a.tied, a.nextn);
     let threads = match a.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -409,7 +429,7 @@ mod tests {
         // ktiny-q4_k_m.gguf (llama-quantize): Q6_K for output, blk.2.attn_qkv, blk.3.attn_v,
         // ffn_down* of layers 2 and 3; Q4_K elsewhere; norms, router, conv F32
         let d = PRESETS[1].1.clone();
-        let p = plan(&d, &parse_type("q4_k_m").unwrap(), false);
+        let p = plan(&d, &parse_type("q4_k_m").unwrap(), false, 0);
         let q6: Vec<&str> = p.iter().filter(|t| t.ty == GgmlType::Q6K).map(|t| t.name.as_str()).collect();
         assert_eq!(
             q6,
@@ -433,7 +453,7 @@ mod tests {
     fn full_dims_is_the_size_of_the_real_layers() {
         let d = PRESETS[3].1.clone();
         assert_eq!((d.n_embd, d.n_layer, d.n_expert, d.n_expert_used, d.expert_ff, d.shared_ff), (2048, 8, 64, 8, 512, 512));
-        let p = plan(&d, &parse_type("q4_k_m").unwrap(), false);
+        let p = plan(&d, &parse_type("q4_k_m").unwrap(), false, 0);
         let bytes: usize = p.iter().map(|t| t.bytes()).sum();
         assert!((1_150_000_000..1_170_000_000).contains(&bytes), "{bytes}");
         let q = |n: &str| p.iter().find(|t| t.name == n).unwrap();

@@ -7,10 +7,12 @@ use crate::load;
 use anyhow::Result;
 use pn_engine::runner::Logits;
 use pn_engine::sampler::Sampler;
+use pn_engine::spec::Speculator;
 use pn_engine::stop::StopMatcher;
 use pn_engine::tensor_dump::TensorRecorder;
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
 use pn_engine::{Runner, SeqState};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -91,7 +93,8 @@ fn step(r: &Runner, st: &mut SeqState, id: u32, rec: Option<&mut TensorRecorder>
     prefill(r, st, &[id], false, rec)
 }
 
-/// Prefill `ids`, then generate as `spec` says, passing each piece of text to `emit`.
+/// Prefill `ids`, then generate as `spec` says, passing each piece of text to `emit`
+/// (with a speculator: [`generate_drafted`]).
 #[allow(clippy::too_many_arguments)]
 pub fn generate(
     r: &Runner,
@@ -141,6 +144,89 @@ pub fn generate(
                 break d;
             }
             next = sampler.sample(load::finite(logits.last())?);
+        }
+    };
+    let rest = dec.flush();
+    text.push_str(&rest);
+    if !matches!(reason, StopReason::StopString(_)) {
+        let o = stop.push(&rest);
+        emit(&o.emit)?;
+        emit(&stop.finish())?;
+    }
+    Ok(Generated { text, tokens, reason, prefill_s, gen_s: t1.elapsed().as_secs_f64() })
+}
+
+/// [`generate`] with speculative decoding: each round feeds the pending token and the
+/// drafts in one verify pass; accepted drafts are shown without a pass of their own. The
+/// same tokens, stops and limits as plain decoding (greedy: token for token; sampling:
+/// the same distribution). Where generation stops inside a round, the drafts fed past
+/// the last shown token are un-fed (with `feed_last`, the state holds exactly the text).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_drafted(
+    r: &Runner,
+    tok: &Tokenizer,
+    st: &mut SeqState,
+    sampler: &mut Sampler,
+    sp: &mut Speculator,
+    ids: &[u32],
+    spec: &Spec,
+    emit: &mut dyn FnMut(&str) -> Result<()>,
+) -> Result<Generated> {
+    let t0 = Instant::now();
+    sampler.observe(ids);
+    let logits = sp.prefill(r, st, ids)?;
+    let prefill_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut stop = StopMatcher::new(spec.stops).map_err(anyhow::Error::msg)?;
+    let mut dec = StreamDecoder::new();
+    let (mut text, mut tokens) = (String::new(), 0usize);
+    let interrupted = || spec.interrupt.is_some_and(|f| f.load(Ordering::SeqCst));
+    // accepted drafts (fed, not shown yet), then the pending token (not fed)
+    let mut queue: VecDeque<u32> = VecDeque::new();
+    let reason = if spec.limit == Some(0) {
+        StopReason::Length
+    } else {
+        let mut next = sampler.sample(load::finite(logits.last())?);
+        loop {
+            let (id, fed) = match queue.pop_front() {
+                Some(t) => (t, true),
+                None => (next, false),
+            };
+            let unshown = queue.len() + usize::from(fed);
+            if interrupted() {
+                sp.unfeed(st, unshown)?;
+                break StopReason::Interrupted;
+            }
+            if !spec.ignore_eos && tok.is_eog(id) {
+                sp.unfeed(st, unshown)?;
+                break StopReason::EndOfText;
+            }
+            let piece = dec.push(tok, id);
+            text.push_str(&piece);
+            tokens += 1;
+            let o = stop.push(&piece);
+            emit(&o.emit)?;
+            let matched = o.stopped.map(StopReason::StopString);
+            let done = matched.or_else(|| (spec.limit == Some(tokens)).then_some(StopReason::Length));
+            if fed {
+                if let Some(d) = done {
+                    sp.unfeed(st, queue.len())?;
+                    break d;
+                }
+                continue;
+            }
+            if !st.fits(1) {
+                break done.unwrap_or(StopReason::ContextFull);
+            }
+            if let Some(d) = done {
+                if spec.feed_last {
+                    sp.prefill(r, st, &[id])?;
+                }
+                break d;
+            }
+            let (acc, n) = sp.round(r, st, id, sampler)?;
+            queue.extend(acc);
+            next = n;
         }
     };
     let rest = dec.flush();

@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 mod chat_input;
+mod bench_draft;
 mod cmd_batch;
 mod cmd_bench;
 mod cmd_chat;
@@ -14,6 +15,7 @@ mod cmd_run;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
+mod draft;
 mod generate;
 mod load;
 mod output;

@@ -149,7 +149,7 @@ fn plan_gqa(arch: &str, d: &Dims, wt: &WeightType, tied: bool, rope_freqs: bool)
 
 /// qwen35 (dense Qwen3.5): the qwen35moe plan with a SwiGLU MLP instead of experts.
 fn plan_qwen35(d: &Dims, wt: &WeightType, tied: bool) -> Vec<TensorPlan> {
-    let mut out: Vec<TensorPlan> = plan(d, wt, tied).into_iter().filter(|t| !t.name.contains("_exps") && !t.name.contains("shexp") && !t.name.contains("ffn_gate_inp")).collect();
+    let mut out: Vec<TensorPlan> = plan(d, wt, tied, 0).into_iter().filter(|t| !t.name.contains("_exps") && !t.name.contains("shexp") && !t.name.contains("ffn_gate_inp")).collect();
     let ff = dense_ff(d);
     let q6 = if wt.mix { GgmlType::Q6K } else { wt.base };
     for il in 0..d.n_layer {
@@ -242,7 +242,7 @@ fn metadata_gqa(arch: &str, d: &Dims, name: &str, file_type: u32, o: &ArchOpts<'
 
 /// qwen35: the qwen35moe keys under `qwen35.`, the expert keys replaced by the MLP width.
 fn metadata_qwen35(d: &Dims, name: &str, file_type: u32, ctx: usize) -> Vec<(String, MetaValue)> {
-    let mut m: Vec<(String, MetaValue)> = metadata(d, name, file_type, ctx)
+    let mut m: Vec<(String, MetaValue)> = metadata(d, name, file_type, ctx, 0)
         .into_iter()
         .filter(|(k, _)| !k.contains("expert") && !k.ends_with("feed_forward_length"))
         .map(|(k, v)| match k.strip_prefix("qwen35moe.") {

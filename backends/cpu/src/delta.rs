@@ -4,6 +4,7 @@
 
 use crate::par;
 use pn_ops::reference::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
+use pn_ops::state::history;
 use pn_ops::{LayerState, OpError, RecurrentState, SeqSpan, Tensor, TensorMeta, Value};
 use crate::delta_chunk::{self, HeadIn, Scratch};
 use rayon::prelude::*;
@@ -136,6 +137,11 @@ fn conv_seq(x: &[f32], wv: &pn_ops::WeightView<'_>, st: &mut RecurrentState, d_c
         }
     } else {
         conv_transposed(&wv, d_conv, c, &win, y)?;
+    }
+    // per-token history for a rollback (pn_ops::state::history), before the window moves
+    if let Some(mut h) = history::take(st) {
+        history::write_conv(&mut h, t, ns, c, &win);
+        history::put(st, h);
     }
     // New state: the last ns window rows (row j ← window row t + j: a later state row,
     // not overwritten yet, or a token).
@@ -272,8 +278,17 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// One V head over all tokens: `s` is the head's state [Dv][Dk], `o` its output [T][Dv].
-fn delta_head(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32]) {
+/// Where one head writes its per-token history: its block `[n][Dv·Dk]` of the history
+/// and the first token kept (the states after tokens `first..first + n`).
+type HeadHist<'h> = Option<(&'h mut [f32], usize)>;
+
+/// One (sequence, V head) task: inputs, head, state, output, history block.
+type HeadTask<'p, 'h> = (&'p Delta<'p>, usize, &'h mut [f32], &'h mut [f32], HeadHist<'h>);
+
+/// One V head over all tokens: `s` is the head's state [Dv][Dk], `o` its output [T][Dv];
+/// with `hist`, the states after the kept tokens are copied out on the way (the tokens
+/// run one call each from `first`, bitwise the same recurrence).
+fn delta_head(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32], hist: HeadHist<'_>) {
     let kh = h % p.hk;
     let hi = HeadIn {
         q: &p.q[kh * p.dk..],
@@ -288,10 +303,25 @@ fn delta_head(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32]) {
         dv: p.dv,
         t: p.t,
     };
-    if p.t >= chunked_from() {
-        SCRATCH.with(|sc| delta_chunk::chunked(&hi, s, o, &mut sc.borrow_mut()))
+    let Some((blk, first)) = hist else { return delta_all(&hi, s, o) };
+    let per = s.len();
+    if first > 0 {
+        delta_all(&hi.tokens(0, first), s, &mut o[..first * p.dv]);
+    }
+    for ti in first..p.t {
+        delta_chunk::recurrent(&hi.tokens(ti, ti + 1), s, &mut o[ti * p.dv..(ti + 1) * p.dv]);
+        if let Some(dst) = blk.get_mut((ti - first) * per..(ti - first + 1) * per) {
+            dst.copy_from_slice(s);
+        }
+    }
+}
+
+/// One head's tokens in the form their count chooses.
+fn delta_all(hi: &HeadIn<'_>, s: &mut [f32], o: &mut [f32]) {
+    if hi.t >= chunked_from() {
+        SCRATCH.with(|sc| delta_chunk::chunked(hi, s, o, &mut sc.borrow_mut()))
     } else {
-        delta_chunk::recurrent(&hi, s, o)
+        delta_chunk::recurrent(hi, s, o)
     }
 }
 
@@ -343,6 +373,33 @@ pub fn delta_rule_seqs(
     delta_rule_seqs_of(&mut seqs, p.hv * p.dv * p.t, y)
 }
 
+/// The per-head history blocks of a recorded sequence of `t` tokens (state `per` floats
+/// per head) and its first kept token; marks the history as written for `t` tokens.
+/// None when not recorded or nothing is kept.
+fn head_blocks(hist: Option<&mut history::Hist>, t: usize, per: usize) -> Option<(std::slice::ChunksMut<'_, f32>, usize)> {
+    let h = hist?;
+    h.ssm_t = t;
+    let ne = h.entries();
+    let (first, n) = h.span(t);
+    (n > 0).then(|| (h.ssm.chunks_mut(ne * per), first))
+}
+
+/// One sequence's heads (in parallel unless `serial`), with its history when recorded.
+fn heads_of(p: &Delta<'_>, ssm: &mut [f32], ohs: &mut [f32], hist: Option<&mut history::Hist>, serial: bool) {
+    let per = p.dk * p.dv;
+    match head_blocks(hist, p.t, per) {
+        None if serial => ssm.chunks_mut(per).zip(ohs.chunks_mut(p.t * p.dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o, None)),
+        None => ssm.par_chunks_mut(per).zip(ohs.par_chunks_mut(p.t * p.dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o, None)),
+        Some((blocks, first)) if serial => {
+            ssm.chunks_mut(per).zip(ohs.chunks_mut(p.t * p.dv)).zip(blocks).enumerate().for_each(|(h, ((s, o), b))| delta_head(p, h, s, o, Some((b, first))))
+        }
+        Some((blocks, first)) => {
+            let bl: Vec<&mut [f32]> = blocks.collect();
+            ssm.par_chunks_mut(per).zip(ohs.par_chunks_mut(p.t * p.dv)).zip(bl).enumerate().for_each(|(h, ((s, o), b))| delta_head(p, h, s, o, Some((b, first))))
+        }
+    }
+}
+
 /// The sequences' delta rules into `y` (`[T][Hv][Dv]`, sequence after sequence).
 fn delta_rule_seqs_of(seqs: &mut [(Delta<'_>, &mut RecurrentState)], n: usize, y: &mut [f32]) -> Result<(), OpError> {
     crate::norm::len_check("DeltaRule", n, y.len())?;
@@ -368,28 +425,36 @@ fn delta_rule_seqs_of(seqs: &mut [(Delta<'_>, &mut RecurrentState)], n: usize, y
         let serial = n * dk < par::SERIAL_WORK || par::outside_pool();
         if let [(p, st)] = seqs {
             // one sequence: its heads, no task list (nothing allocated per decode step)
-            if serial {
-                st.ssm.chunks_mut(dk * dv).zip(ohs.chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
-            } else {
-                st.ssm.par_chunks_mut(dk * dv).zip(ohs.par_chunks_mut(p.t * dv)).enumerate().for_each(|(h, (s, o))| delta_head(p, h, s, o));
+            let mut hist = history::take(st);
+            heads_of(p, &mut st.ssm, ohs, hist.as_mut(), serial);
+            if let Some(h) = hist {
+                history::put(st, h);
             }
         } else {
-            // (sequence, V head) tasks: the head's state [Dv][Dk] and output [t][Dv]
-            let mut tasks: Vec<(&Delta<'_>, usize, &mut [f32], &mut [f32])> = Vec::with_capacity(seqs.len() * hv);
+            // (sequence, V head) tasks: the head's state [Dv][Dk], output [t][Dv] and
+            // history block (when the sequence is recorded)
+            let mut hists: Vec<Option<history::Hist>> = seqs.iter().map(|(_, st)| history::take(st)).collect();
+            let mut tasks: Vec<HeadTask<'_, '_>> = Vec::with_capacity(seqs.len() * hv);
             let mut rest = ohs;
-            for (p, st) in seqs.iter_mut() {
+            for ((p, st), hist) in seqs.iter_mut().zip(hists.iter_mut()) {
                 let (mine, tail) = rest.split_at_mut(hv * p.t * dv);
                 rest = tail;
                 let t = p.t;
                 let p: &Delta<'_> = p;
+                let mut blocks = head_blocks(hist.as_mut(), t, dk * dv);
                 for (h, (s, o)) in st.ssm.chunks_mut(dk * dv).zip(mine.chunks_mut(t * dv)).enumerate() {
-                    tasks.push((p, h, s, o));
+                    tasks.push((p, h, s, o, blocks.as_mut().and_then(|(it, first)| it.next().map(|b| (b, *first)))));
                 }
             }
             if serial {
-                tasks.into_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+                tasks.into_iter().for_each(|(p, h, s, o, hh)| delta_head(p, h, s, o, hh));
             } else {
-                tasks.into_par_iter().for_each(|(p, h, s, o)| delta_head(p, h, s, o));
+                tasks.into_par_iter().for_each(|(p, h, s, o, hh)| delta_head(p, h, s, o, hh));
+            }
+            for ((_, st), h) in seqs.iter().zip(hists) {
+                if let Some(h) = h {
+                    history::put(st, h);
+                }
             }
         }
     }

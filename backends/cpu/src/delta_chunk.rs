@@ -18,6 +18,7 @@
 pub const CHUNK: usize = 64;
 
 /// One head's inputs: rows of q, k (Dk) and v (Dv) for each token, with g and β.
+#[derive(Clone, Copy)]
 pub struct HeadIn<'a> {
     pub q: &'a [f32],
     pub k: &'a [f32],
@@ -33,7 +34,19 @@ pub struct HeadIn<'a> {
     pub t: usize,
 }
 
-impl HeadIn<'_> {
+impl<'a> HeadIn<'a> {
+    /// Tokens `a..b` (`a < b ≤ t`) of these inputs.
+    pub fn tokens(&self, a: usize, b: usize) -> HeadIn<'a> {
+        HeadIn {
+            q: &self.q[a * self.qk_stride..],
+            k: &self.k[a * self.qk_stride..],
+            v: &self.v[a * self.v_stride..],
+            g: &self.g[a * self.gb_stride..],
+            beta: &self.beta[a * self.gb_stride..],
+            t: b - a,
+            ..*self
+        }
+    }
     #[inline(always)]
     fn q(&self, t: usize) -> &[f32] {
         &self.q[t * self.qk_stride..][..self.dk]

@@ -7,6 +7,7 @@
 //! Shapes in comments are ggml order; T = tokens in the micro-batch.
 
 mod config;
+pub mod mtp;
 
 pub use config::Config;
 
@@ -29,7 +30,7 @@ pub enum Ffn {
 pub struct Qwen35 {
     pub cfg: Config,
     pub ffn: Ffn,
-    w: Weights,
+    pub(crate) w: Weights,
 }
 
 impl Qwen35 {

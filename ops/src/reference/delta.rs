@@ -2,6 +2,7 @@
 //! rule recurrence (§4.4.4), both sequential over tokens.
 
 use super::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
+use crate::state::history;
 use crate::{LayerState, OpError, Tensor, TensorMeta, Value};
 
 /// out[t][c] = Σ_{i<d_conv} X_c[t+i]·w[c][i] over X_c = [state | x]; the state keeps the
@@ -33,6 +34,10 @@ pub fn conv1d_causal(
             y[ti * c + ch] = sum;
         }
     }
+    if let Some(mut h) = history::take(st) {
+        history::write_conv(&mut h, t, ns, c, &|r| &win[r * c..(r + 1) * c]);
+        history::put(st, h);
+    }
     st.conv.copy_from_slice(&win[t * c..]);
     out_f32(OP, out, y)
 }
@@ -58,6 +63,9 @@ pub fn delta_rule(
     let mut y = vec![0.0f32; dv * hv * t];
     let mut kv = vec![0.0f32; dv];
     let mut delta = vec![0.0f32; dv];
+    // per-token history for a rollback (state/history.rs): states after tokens first..
+    let mut hist = history::take(st);
+    let (first, n_keep) = hist.as_ref().map_or((t, 0), |h| h.span(t));
     for h in 0..hv {
         let kh = h % hk;
         let s = &mut st.ssm[h * dv * dk..(h + 1) * dv * dk];
@@ -94,7 +102,16 @@ pub fn delta_rule(
                 }
                 o[j] = acc * scale;
             }
+            if let Some(hs) = hist.as_mut().filter(|_| ti >= first && ti < first + n_keep) {
+                let per = dv * dk;
+                let ne = hs.entries();
+                history::ssm_block(&mut hs.ssm, h, ne, per)[(ti - first) * per..][..per].copy_from_slice(s);
+            }
         }
+    }
+    if let Some(mut hs) = hist {
+        hs.ssm_t = t;
+        history::put(st, hs);
     }
     out_f32(OP, out, y)
 }

@@ -1,0 +1,176 @@
+//! Speculative decoding (docs/speculative.md): a drafter proposes K tokens, the main model
+//! checks them in ONE verify pass of K + 1 tokens (the last accepted token and the
+//! drafts, every row's logits), the longest acceptable prefix is kept plus one token of
+//! the model's own, and the sequence state rolls back to it without re-running
+//! (verify.rs). Greedy output is token for token what plain decoding gives; with
+//! sampling, rejection sampling keeps the model's distribution exactly (accept.rs).
+//!
+//! Drafters: prompt lookup (lookup.rs, no weights) and the model's MTP block (mtp.rs).
+
+pub mod accept;
+pub mod exec;
+pub mod lookup;
+pub mod mtp;
+pub mod slots;
+pub mod stats;
+pub mod verify;
+
+pub use lookup::Lookup;
+pub use mtp::{MtpBlock, MtpDrafter};
+pub use stats::SpecStats;
+pub use verify::Pass;
+
+use crate::runner::{Logits, RunError, Runner};
+use crate::sampler::Sampler;
+use crate::state::{MoveError, SeqState};
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum SpecError {
+    #[error("speculative decoding: {0}")]
+    Unsupported(String),
+    #[error("speculative decoding rollback: {0}")]
+    Rollback(String),
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Move(#[from] MoveError),
+}
+
+/// `--draft`: which drafter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DraftKind {
+    None,
+    Lookup,
+    Mtp,
+}
+
+impl std::str::FromStr for DraftKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<DraftKind, String> {
+        match s {
+            "none" => Ok(DraftKind::None),
+            "lookup" => Ok(DraftKind::Lookup),
+            "mtp" => Ok(DraftKind::Mtp),
+            _ => Err(format!("--draft: expected mtp, lookup or none, found {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for DraftKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DraftKind::None => "none",
+            DraftKind::Lookup => "lookup",
+            DraftKind::Mtp => "mtp",
+        })
+    }
+}
+
+/// Largest `--draft-n`.
+pub const MAX_DRAFT: usize = 16;
+
+/// A drafter.
+pub enum Drafter {
+    Lookup(Lookup),
+    Mtp(Box<MtpDrafter>),
+}
+
+impl Drafter {
+    fn wants_hidden(&self) -> bool {
+        matches!(self, Drafter::Mtp(_))
+    }
+}
+
+/// Speculative decoding of one sequence: its drafter, the draft length and counters.
+pub struct Speculator {
+    pub drafter: Drafter,
+    pub n_draft: usize,
+    pub stats: SpecStats,
+    /// Every token fed to the sequence so far.
+    tokens: Vec<u32>,
+    hidden: Vec<f32>,
+    last: Option<(Pass, usize)>,
+    debug: bool,
+}
+
+impl Speculator {
+    pub fn new(r: &Runner, drafter: Drafter, n_draft: usize) -> Result<Speculator, SpecError> {
+        verify::check_runner(r)?;
+        if n_draft == 0 || n_draft > MAX_DRAFT {
+            return Err(SpecError::Unsupported(format!("--draft-n: expected 1..={MAX_DRAFT} draft tokens, found {n_draft}")));
+        }
+        let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
+        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+    }
+
+    /// Feeds the prompt (last-token logits), keeping what the drafter needs of it.
+    pub fn prefill(&mut self, r: &Runner, st: &mut SeqState, ids: &[u32]) -> Result<Logits, SpecError> {
+        // the last round can no longer be undone (and its recording stops)
+        self.last = None;
+        let logits = match &mut self.drafter {
+            Drafter::Mtp(m) => {
+                let l = verify::forward_hidden(r, st, ids, false, &mut self.hidden)?;
+                m.observe_hidden(&self.hidden);
+                l
+            }
+            Drafter::Lookup(_) => r.forward(st, ids, false)?,
+        };
+        self.tokens.extend_from_slice(ids);
+        Ok(logits)
+    }
+
+    /// One round. `pending`: the token chosen after the fed ones (not fed yet). Feeds it
+    /// and up to `n_draft` drafts in one pass, keeps the accepted drafts and returns them
+    /// (they are fed) and the next pending token, chosen by `sampler` (greedy or
+    /// rejection sampling, accept.rs).
+    pub fn round(&mut self, r: &Runner, st: &mut SeqState, pending: u32, sampler: &mut Sampler) -> Result<(Vec<u32>, u32), SpecError> {
+        self.tokens.push(pending);
+        // room for the pass: the pending token and the drafts
+        let room = st.max_seq.saturating_sub(st.pos + 1);
+        let n = self.n_draft.min(room);
+        let drafts = match &mut self.drafter {
+            Drafter::Lookup(l) => l.draft(&self.tokens, n),
+            Drafter::Mtp(m) => m.draft(&self.tokens, n)?,
+        };
+        let mut pass_toks = Vec::with_capacity(drafts.len() + 1);
+        pass_toks.push(pending);
+        pass_toks.extend_from_slice(&drafts);
+        let want_h = self.drafter.wants_hidden();
+        let (logits, pass) = verify::verify(r, st, &pass_toks, want_h.then_some(&mut self.hidden))?;
+        let (n_acc, next) = accept::accept(sampler, &logits, &drafts);
+        pass.rollback(st, n_acc + 1)?;
+        if !drafts.is_empty() {
+            self.stats.record(drafts.len(), n_acc);
+        }
+        if let Drafter::Mtp(m) = &mut self.drafter {
+            let e = self.hidden.len() / pass_toks.len();
+            m.observe_hidden(&self.hidden[..(n_acc + 1) * e]);
+        }
+        if self.debug {
+            eprintln!("[pn] spec round: drafted {:?}, accepted {n_acc}, next {next}", drafts);
+        }
+        self.tokens.extend_from_slice(&drafts[..n_acc]);
+        self.last = Some((pass, n_acc + 1));
+        Ok((drafts[..n_acc].to_vec(), next))
+    }
+
+    /// Un-feed the last `n` accepted drafts of the last round (generation stopped inside
+    /// it; the pending token stays unfed): the state then holds exactly the shown text.
+    pub fn unfeed(&mut self, st: &mut SeqState, n: usize) -> Result<(), SpecError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (pass, kept) = self.last.as_mut().ok_or_else(|| SpecError::Rollback("no round to undo".into()))?;
+        if n >= *kept {
+            return Err(SpecError::Rollback(format!("the last round fed {} drafts, cannot un-feed {n}", *kept - 1)));
+        }
+        pass.rollback(st, *kept - n)?;
+        *kept -= n;
+        self.tokens.truncate(self.tokens.len() - n);
+        if let Drafter::Mtp(m) = &mut self.drafter {
+            m.unobserve(n);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,135 @@
+//! The MTP ("nextn") drafter (spec §3.6): a model's multi-token-prediction block, run on
+//! its own small graphs with its own KV cache.
+//!
+//! Pair p is (h_p, x_{p+1}): the main model's hidden row after `output_norm` at position
+//! p and the token after it; the block predicts x_{p+2} and runs at position p (as it was
+//! trained: `train_mtp.py`). Every real pair is fed once (prompt pairs on the first
+//! round, accepted ones on later rounds, in one pass), so the block's KV cache holds all
+//! of them. Draft k > 1 feeds back the block's normed output as `h` with draft k − 1 at
+//! the next position; those cells are overwritten by the real pairs later.
+//!
+//! Two graphs per pass length (the model builds them, [`MtpBlock`]): the norms
+//! (`enorm(embed(x))`, `hnorm(h)`), concatenated here per pair (`[e ; h]`, embedding
+//! first), then the block from `eh_proj` to the logits of the last pair.
+
+use super::exec::{Bound, Cache};
+use super::SpecError;
+use crate::backend::Backend;
+use crate::gguf::Gguf;
+use crate::graph::{GraphBuilder, GraphError};
+use crate::sampler::argmax;
+use pn_ops::{KvType, LayerState, Shape, Tensor};
+use std::sync::Arc;
+
+/// What a model provides for its MTP block.
+pub trait MtpBlock: Send + Sync {
+    fn n_embd(&self) -> usize;
+    /// Graph 1 for `t` pairs: inputs `inp_tokens` (x_{p+1}) and the external `inp_h`
+    /// `[n_embd, t]`; outputs, in order, enorm(embedding) and hnorm(h), `[n_embd, t]`.
+    fn build_norms(&self, t: usize, b: &mut GraphBuilder) -> Result<(), GraphError>;
+    /// Graph 2: the external `inp_eh` `[2·n_embd, t]` (per pair [e ; h]) and `inp_pos`;
+    /// outputs, in order, the block's normed output of the last pair `[n_embd, 1]` (the
+    /// next draft's `h`) and its logits `[n_vocab, 1]`.
+    fn build_block(&self, t: usize, b: &mut GraphBuilder) -> Result<(), GraphError>;
+    /// The block's own KV cache, `max_seq` cells of `kv`.
+    fn new_state(&self, max_seq: usize, kv: KvType) -> LayerState;
+}
+
+/// The MTP drafter of one sequence.
+pub struct MtpDrafter {
+    block: Arc<dyn MtpBlock>,
+    gguf: Arc<Gguf>,
+    backend: Arc<dyn Backend>,
+    graphs: Cache,
+    state: LayerState,
+    /// Real pairs in the KV cache (pairs 0..real).
+    real: usize,
+    /// Main-model hidden rows of positions real.. not yet paired (their next token was
+    /// not known when they were computed).
+    pending_h: Vec<f32>,
+}
+
+impl MtpDrafter {
+    pub fn new(block: Arc<dyn MtpBlock>, gguf: Arc<Gguf>, backend: Arc<dyn Backend>, max_seq: usize, kv: KvType) -> MtpDrafter {
+        let state = block.new_state(max_seq, kv);
+        MtpDrafter { block, gguf, backend, graphs: Cache::default(), state, real: 0, pending_h: Vec::new() }
+    }
+
+    /// Hidden rows of main-model positions (in order, following the previous ones).
+    pub fn observe_hidden(&mut self, rows: &[f32]) {
+        self.pending_h.extend_from_slice(rows);
+    }
+
+    /// Drop the last `n` hidden rows given (their tokens were un-fed).
+    pub fn unobserve(&mut self, n: usize) {
+        let keep = self.pending_h.len().saturating_sub(n * self.block.n_embd());
+        self.pending_h.truncate(keep);
+    }
+
+    /// Forget everything (a new sequence).
+    pub fn reset(&mut self) {
+        self.state.reset();
+        self.real = 0;
+        self.pending_h.clear();
+    }
+
+    /// One block pass over pairs (h rows, next tokens) at positions `pos0..`: the normed
+    /// output and the argmax of the last pair's logits.
+    fn pass(&mut self, h: &[f32], next: &[u32], pos0: usize) -> Result<(Vec<f32>, u32), SpecError> {
+        let (e, t) = (self.block.n_embd(), next.len());
+        let blk = &*self.block;
+        let g1 = self.graphs.get((1, t), || {
+            let mut b = GraphBuilder::new();
+            blk.build_norms(t, &mut b)?;
+            Bound::new(b.finish(), &self.gguf)
+        })?;
+        let g2 = self.graphs.get((2, t), || {
+            let mut b = GraphBuilder::new();
+            blk.build_block(t, &mut b)?;
+            Bound::new(b.finish(), &self.gguf)
+        })?;
+        let pos: Vec<i32> = (pos0..pos0 + t).map(|p| p as i32).collect();
+        let hin = Tensor::f32(Shape::d2(e, t), h.to_vec());
+        let (gguf, backend, state) = (&*self.gguf, &*self.backend, &mut self.state);
+        let mut res: Option<Result<(Vec<f32>, u32), SpecError>> = None;
+        backend.run_pass(&mut || {
+            res = Some((|| {
+                let norms = g1.run(gguf, backend, next, &pos, &[("inp_h", &hin)], None)?;
+                let (en, hn) = (norms[0].as_f32(), norms[1].as_f32());
+                let mut eh = Vec::with_capacity(2 * e * t);
+                for i in 0..t {
+                    eh.extend_from_slice(&en[i * e..(i + 1) * e]);
+                    eh.extend_from_slice(&hn[i * e..(i + 1) * e]);
+                }
+                let eh = Tensor::f32(Shape::d2(2 * e, t), eh);
+                let out = g2.run(gguf, backend, next, &pos, &[("inp_eh", &eh)], Some(&mut *state))?;
+                Ok((out[0].as_f32().to_vec(), argmax(out[1].as_f32()) as u32))
+            })());
+        });
+        res.unwrap_or(Err(SpecError::Unsupported("the backend ran no pass".into())))
+    }
+
+    /// Up to `n` drafts after `tokens` (every fed token, then the pending one). Feeds the
+    /// unpaired hidden rows first (their next tokens are the last ones of `tokens`).
+    pub fn draft(&mut self, tokens: &[u32], n: usize) -> Result<Vec<u32>, SpecError> {
+        let e = self.block.n_embd();
+        let np = self.pending_h.len() / e;
+        if n == 0 || np == 0 {
+            return Ok(Vec::new());
+        }
+        // pairs real..real+np: h rows pending, next tokens x_{real+1}..=x_{real+np}
+        if self.real + np + 1 != tokens.len() {
+            return Err(SpecError::Rollback(format!("MTP: {} paired + {np} hidden rows do not precede the {} tokens", self.real, tokens.len())));
+        }
+        let h = std::mem::take(&mut self.pending_h);
+        let (mut g, mut d) = self.pass(&h, &tokens[self.real + 1..], self.real)?;
+        self.real += np;
+        let mut out = vec![d];
+        while out.len() < n {
+            let (g2, d2) = self.pass(&g, &[d], self.real + out.len() - 1)?;
+            (g, d) = (g2, d2);
+            out.push(d);
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,215 @@
+//! Speculative decoding (engine/src/spec): greedy output with drafts is token for token
+//! the output without; a rollback restores exactly the state of the kept tokens; MTP
+//! needs a file with an MTP block.
+
+use pn_engine::sampler::{argmax, Sampler, SamplerConfig};
+use pn_engine::spec::{Drafter, Lookup, MtpDrafter, SpecStats, Speculator};
+use pn_engine::{Gguf, Runner};
+use pn_ops::KvType;
+use pn_tests::*;
+use std::sync::Arc;
+
+fn default_path() -> std::path::PathBuf {
+    fixture("../../models/default/pn-default-code-q4_k_m.gguf")
+}
+
+fn load(name: &str) -> (Runner, Arc<Gguf>) {
+    let p = if name == "default" { default_path() } else { fixture(name) };
+    let g = Arc::new(Gguf::open(&p).unwrap());
+    let m = pn_models::load(&g).unwrap();
+    (Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).unwrap(), g)
+}
+
+/// A prompt that repeats itself (prompt lookup finds matches from the start).
+fn prompt(vocab: usize) -> Vec<u32> {
+    let base: Vec<u32> = (0..12u32).map(|i| (i * 37 + 11) % vocab as u32).collect();
+    [base.clone(), base[..7].to_vec()].concat()
+}
+
+fn plain(r: &Runner, p: &[u32], n: usize) -> Vec<u32> {
+    let mut st = r.new_state(256);
+    let mut row = r.forward(&mut st, p, false).unwrap().last().to_vec();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let t = argmax(&row) as u32;
+        out.push(t);
+        row = r.forward(&mut st, &[t], false).unwrap().last().to_vec();
+    }
+    out
+}
+
+fn drafted(r: &Runner, p: &[u32], n: usize, drafter: Drafter, k: usize) -> (Vec<u32>, SpecStats) {
+    let mut st = r.new_state(256);
+    let mut sp = Speculator::new(r, drafter, k).unwrap();
+    let mut s = Sampler::new(SamplerConfig::greedy());
+    let l = sp.prefill(r, &mut st, p).unwrap();
+    let mut next = s.sample(l.last());
+    let mut out = Vec::new();
+    while out.len() < n {
+        out.push(next);
+        let (acc, nx) = sp.round(r, &mut st, next, &mut s).unwrap();
+        out.extend(acc);
+        next = nx;
+    }
+    out.truncate(n);
+    (out, sp.stats.clone())
+}
+
+fn mtp(r: &Runner, g: &Arc<Gguf>) -> Drafter {
+    let block = pn_models::qwen35moe::mtp::load(g).unwrap();
+    Drafter::Mtp(Box::new(MtpDrafter::new(block, g.clone(), r.dies()[0].backend.clone(), 256, KvType::F32)))
+}
+
+const MODELS: [&str; 5] = ["tiny-f16.gguf", "ktiny-q4_k_m.gguf", "qwen35-tiny-f16.gguf", "tiny-mtp-f16.gguf", "default"];
+
+#[test]
+fn lookup_greedy_is_plain_greedy() {
+    let mut all = SpecStats::default();
+    for m in MODELS {
+        let (r, _) = load(m);
+        let p = prompt(r.model().n_vocab());
+        let want = plain(&r, &p, 40);
+        for k in [1, 3, 6] {
+            let (got, stats) = drafted(&r, &p, 40, Drafter::Lookup(Lookup::default()), k);
+            assert_eq!(got, want, "{m}: --draft lookup --draft-n {k}");
+            eprintln!("{m} ×{k}: {}", stats.line());
+            all.add(&stats);
+        }
+    }
+    // the rounds took both paths: drafts accepted and drafts rolled back
+    assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
+}
+
+#[test]
+fn mtp_greedy_is_plain_greedy() {
+    for m in ["tiny-mtp-f16.gguf", "default"] {
+        let (r, g) = load(m);
+        let p = prompt(r.model().n_vocab());
+        let want = plain(&r, &p, 40);
+        for k in [1, 2, 4] {
+            let (got, stats) = drafted(&r, &p, 40, mtp(&r, &g), k);
+            assert_eq!(got, want, "{m}: --draft mtp --draft-n {k}");
+            assert!(stats.drafted > 0, "{m}: MTP drafted nothing");
+        }
+    }
+}
+
+/// The default model's trained MTP block predicts its own greedy continuation well: a
+/// broken block (wrong concat order, positions or feedback) scores near 0.
+#[test]
+fn mtp_drafts_are_accepted_on_the_default_model() {
+    let (r, g) = load("default");
+    let tok = pn_engine::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+    let mut all = SpecStats::default();
+    for text in ["def parse_args(argv):", "import os", "class Parser:"] {
+        let p = tok.encode(text, true);
+        let (_, s) = drafted(&r, &p, 48, mtp(&r, &g), 1);
+        all.add(&s);
+    }
+    assert!(all.acceptance() > 0.5, "MTP acceptance with one draft: {}", all.line());
+}
+
+/// verify + rollback to any kept prefix, then one more token: bitwise the logits of a
+/// fresh sequence fed the kept tokens and that token.
+#[test]
+fn rollback_restores_the_kept_prefix_exactly() {
+    for m in MODELS {
+        let (r, _) = load(m);
+        let v = r.model().n_vocab() as u32;
+        let head: Vec<u32> = (0..5).map(|i| (i * 13 + 3) % v).collect();
+        let pass: Vec<u32> = (0..5).map(|i| (i * 29 + 7) % v).collect();
+        for keep in 1..=pass.len() {
+            let mut st = r.new_state(64);
+            r.forward(&mut st, &head, false).unwrap();
+            let (_, vp) = pn_engine::spec::verify::verify(&r, &mut st, &pass, None).unwrap();
+            // keep one more first, then shrink (a stop inside a round un-feeds drafts)
+            vp.rollback(&mut st, (keep + 1).min(pass.len())).unwrap();
+            vp.rollback(&mut st, keep).unwrap();
+            assert!(vp.rollback(&mut st, keep + 1).is_err() || keep == pass.len(), "{m}: grew back");
+            assert_eq!(st.pos, head.len() + keep);
+            let got = r.forward(&mut st, &[1], false).unwrap();
+            let mut fresh = r.new_state(64);
+            r.forward(&mut fresh, &head, false).unwrap();
+            r.forward(&mut fresh, &pass[..keep], false).unwrap();
+            let want = r.forward(&mut fresh, &[1], false).unwrap();
+            assert_eq!(got.data, want.data, "{m}: keep {keep} of {}", pass.len());
+        }
+    }
+}
+
+#[test]
+fn mtp_without_an_mtp_block_is_a_clear_error() {
+    let (_, g) = load("ktiny-q4_k_m.gguf");
+    let e = pn_models::qwen35moe::mtp::load(&g).err().expect("no MTP block").to_string();
+    assert!(e.contains("no MTP") && e.contains("nextn_predict_layers"), "{e}");
+    let (_, g) = load("qwen3-tiny-f32.gguf");
+    let e = pn_models::qwen35moe::mtp::load(&g).err().expect("not qwen3.5").to_string();
+    assert!(e.contains("has no MTP block"), "{e}");
+}
+
+/// Decode slots: every sequence's pending token and its own lookup drafts in one pass
+/// (different draft counts per sequence), each rolled back on its own: greedy output
+/// per sequence is still plain decoding's.
+#[test]
+fn lookup_under_slots_is_plain_greedy() {
+    use pn_engine::spec::slots::{round, SlotRound};
+    for m in ["ktiny-q4_k_m.gguf", "default"] {
+        let (r, _) = load(m);
+        let v = r.model().n_vocab();
+        let prompts: Vec<Vec<u32>> = (0..3)
+            .map(|i| {
+                let mut p = prompt(v);
+                p.rotate_left(i * 2);
+                p
+            })
+            .collect();
+        let n = 30;
+        let want: Vec<Vec<u32>> = prompts.iter().map(|p| plain(&r, p, n)).collect();
+        let mut slots = pn_engine::Slots::new(4);
+        struct Seq {
+            h: pn_engine::SlotHandle,
+            hist: Vec<u32>,
+            next: u32,
+            s: Sampler,
+            stats: SpecStats,
+            out: Vec<u32>,
+        }
+        let mut seqs: Vec<Seq> = prompts
+            .iter()
+            .map(|p| {
+                let mut st = r.new_state(256);
+                let l = r.forward(&mut st, p, false).unwrap();
+                let mut s = Sampler::new(SamplerConfig::greedy());
+                let next = s.sample(l.last());
+                Seq { h: slots.bind(st).unwrap(), hist: p.clone(), next, s, stats: SpecStats::default(), out: Vec::new() }
+            })
+            .collect();
+        let mut all = SpecStats::default();
+        while seqs.iter().any(|q| q.out.len() < n) {
+            let live: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].out.len() < n).collect();
+            let mut items: Vec<SlotRound<'_>> = Vec::new();
+            let mut pend = Vec::new();
+            for (i, q) in seqs.iter_mut().enumerate().filter(|(i, _)| live.contains(i)) {
+                q.out.push(q.next);
+                pend.push(i);
+                items.push(SlotRound { handle: q.h, history: &q.hist, pending: q.next, sampler: &mut q.s, stats: &mut q.stats });
+            }
+            let res = round(&mut slots, &r, &Lookup::default(), 4, &mut items).unwrap();
+            drop(items);
+            for (i, (acc, next)) in pend.into_iter().zip(res) {
+                let q = &mut seqs[i];
+                let p = q.next;
+                q.hist.push(p);
+                q.hist.extend(&acc);
+                q.out.extend(acc);
+                q.next = next;
+            }
+        }
+        for (i, q) in seqs.iter_mut().enumerate() {
+            q.out.truncate(n);
+            assert_eq!(q.out, want[i], "{m}: slot {i}");
+            all.add(&q.stats);
+        }
+        eprintln!("{m}: {}", all.line());
+    }
+}

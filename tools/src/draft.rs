@@ -1,0 +1,58 @@
+//! `--draft mtp|lookup|none --draft-n N` (docs/speculative.md): speculative decoding for
+//! `pn run`, `chat`, `batch`, `bench`.
+
+use crate::load::Loaded;
+use anyhow::{Context, Result};
+use pn_engine::spec::{DraftKind, Drafter, Lookup, MtpDrafter, Speculator, MAX_DRAFT};
+use pn_ops::KvType;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct DraftOpts {
+    /// Speculative decoding: draft tokens with the model's MTP block (mtp), by prompt
+    /// lookup (lookup: n-gram matches in the context), or not at all (none)
+    #[arg(long, default_value = "none", value_parser = parse_kind)]
+    pub draft: DraftKind,
+    /// Draft tokens per verify pass (1..=16; default 3 for lookup, 1 for mtp)
+    #[arg(long = "draft-n", value_name = "N")]
+    pub draft_n: Option<usize>,
+}
+
+fn parse_kind(s: &str) -> Result<DraftKind, String> {
+    s.parse()
+}
+
+impl DraftOpts {
+    /// Checks the flags before the model loads.
+    pub fn check(&self) -> Result<()> {
+        if let Some(n) = self.draft_n {
+            if n == 0 || n > MAX_DRAFT {
+                anyhow::bail!("--draft-n: expected 1..={MAX_DRAFT} draft tokens, found {n}");
+            }
+            if self.draft == DraftKind::None {
+                anyhow::bail!("--draft-n: needs --draft mtp or --draft lookup");
+            }
+        }
+        Ok(())
+    }
+    pub fn n(&self) -> usize {
+        self.draft_n.unwrap_or(match self.draft {
+            DraftKind::Mtp => 1,
+            _ => 3,
+        })
+    }
+    /// The speculator of one sequence (None for `--draft none`).
+    pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
+        let drafter = match self.draft {
+            DraftKind::None => return Ok(None),
+            DraftKind::Lookup => Drafter::Lookup(Lookup::default()),
+            DraftKind::Mtp => {
+                let block = pn_models::qwen35moe::mtp::load(&l.gguf).with_context(|| format!("--draft mtp with {}", l.name))?;
+                let backend = l.runner.dies()[0].backend.clone();
+                // the block's own cache in f32 whatever --kv-type: one layer (small), and
+                // its drafts are accepted more often than with a quantized cache
+                Drafter::Mtp(Box::new(MtpDrafter::new(block, l.gguf.clone(), backend, max_seq, KvType::F32)))
+            }
+        };
+        Ok(Some(Speculator::new(&l.runner, drafter, self.n())?))
+    }
+}

@@ -1,0 +1,91 @@
+//! `--draft mtp|lookup` on the CLI: `pn run` and `pn batch` print what `--draft none`
+//! prints (greedy), and the end line reports drafted / accepted tokens; bad flags are
+//! clear errors.
+
+use std::process::{Command, Stdio};
+
+fn pn(args: &[&str]) -> (i32, String, String) {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_pn"));
+    c.args(args).stdin(Stdio::null());
+    for v in ["PN_DIE_A", "PN_DIE_B", "PN_SPLIT_LAYER", "PN_ASYNC", "PN_MAX_SLOTS", "PN_DEBUG"] {
+        c.env_remove(v);
+    }
+    let o = c.output().expect("pn runs");
+    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn run_with_drafts_prints_the_plain_greedy_text() {
+    for p in ["def parse_args(argv):", "import os"] {
+        let (code, want, err) = pn(&["run", "-p", p, "-n", "60", "--greedy", "-t", "2"]);
+        assert_eq!(code, 0, "{err}");
+        for d in [["--draft", "lookup", "--draft-n", "3"], ["--draft", "mtp", "--draft-n", "1"], ["--draft", "mtp", "--draft-n", "3"]] {
+            let mut args = vec!["run", "-p", p, "-n", "60", "--greedy", "-t", "2"];
+            args.extend(d);
+            let (code, got, err) = pn(&args);
+            assert_eq!(code, 0, "{err}");
+            assert_eq!(got, want, "{d:?} on {p:?}");
+            assert!(err.contains(&format!("[draft {} ×{}: drafted ", d[1], d[3])), "{err}");
+        }
+    }
+}
+
+#[test]
+fn sampled_run_with_drafts_runs_and_reports() {
+    let (code, out, err) = pn(&["run", "-p", "import os", "-n", "40", "--seed", "3", "--draft", "mtp", "--draft-n", "2"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("import os"), "{out}");
+    assert!(err.contains("accepted"), "{err}");
+}
+
+#[test]
+fn batch_with_lookup_drafts_matches_plain_batch() {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("prompts.txt");
+    std::fs::write(&f, "def parse_args(argv):\nimport os\nclass Parser:\n").unwrap();
+    let f = f.display().to_string();
+    let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", "lookup"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(got, want);
+    assert!(err.contains("[draft lookup ×3: drafted "), "{err}");
+}
+
+#[test]
+fn bad_draft_flags_are_clear_errors() {
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "eagle"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("expected mtp, lookup or none"), "{err}");
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-n", "0"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--draft-n: expected 1..=16"), "{err}");
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft-n", "2"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("needs --draft mtp or --draft lookup"), "{err}");
+}
+
+/// `pn synth --nextn 1` writes an MTP block that `--draft mtp` runs (random weights: the
+/// text is still the plain greedy text); a file without one is a clear error.
+#[test]
+fn synth_nextn_block_drafts_and_a_file_without_one_is_refused() {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
+    std::fs::create_dir_all(&d).unwrap();
+    let (with, without) = (d.join("nextn.gguf").display().to_string(), d.join("plain.gguf").display().to_string());
+    for (f, extra) in [(&with, vec!["--nextn", "1"]), (&without, vec![])] {
+        let mut args = vec!["synth", "--preset", "tiny", "--type", "q8_0", "-t", "2", "--out", f];
+        args.extend(extra);
+        let (code, _, err) = pn(&args);
+        assert_eq!(code, 0, "{err}");
+    }
+    let base = ["run", "--model", &with, "-p", "a b c", "-n", "24", "--greedy", "-t", "2"];
+    let (code, want, err) = pn(&base);
+    assert_eq!(code, 0, "{err}");
+    let (code, got, err) = pn(&[&base[..], &["--draft", "mtp", "--draft-n", "3"]].concat());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(got, want);
+    let (code, _, err) = pn(&["run", "--model", &without, "-p", "a", "-n", "4", "--draft", "mtp"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no MTP (nextn) block") && err.contains("--draft lookup"), "{err}");
+}
