@@ -1,9 +1,10 @@
 //! Row-block dispatch of the quantized dot products (x86_64): `vec_dot_block` picks the
-//! packed 16-row kernels (`x86_pack16`, AVX-512 VNNI) or the per-row tile kernels
+//! packed 16-row kernels (`x86_pack16`, AVX-512 VNNI), the packed 8-row K-quant kernels
+//! (`x86_pack8`, plain AVX2) or the per-row tile kernels
 //! (`x86_tile`, AVX-512 VNNI or AVX2 build), and loops over rows and token tiles.
 
 use super::x86::{has_avx2, has_tile, has_vnni};
-use super::{x86_pack16, x86_pack_q8, x86_tile};
+use super::{x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
 use crate::GgmlType;
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
@@ -106,6 +107,37 @@ pub fn vec_dot_block(
         });
         return true;
     }
+    let k8_kind = match w_ty {
+        GgmlType::Q4K => Some(x86_pack8::Q4K),
+        GgmlType::Q5K => Some(x86_pack8::Q5K),
+        GgmlType::Q6K => Some(x86_pack8::Q6K),
+        _ => None,
+    };
+    if let (true, Some(kind)) = (m >= PACK8_MIN_TOKENS && !has_vnni(), k8_kind) {
+        PACKED8.with(|sc| {
+            let mut sc = sc.borrow_mut();
+            for g in (0..rows).step_by(8) {
+                // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
+                // (checked by the caller), and out rows g..g+nr too.
+                unsafe {
+                    x86_pack8::group8(
+                        kind,
+                        n / 256,
+                        (rows - g).min(8),
+                        w.as_ptr().add(g * wstride),
+                        wstride,
+                        a.as_ptr(),
+                        astride,
+                        m,
+                        &mut out[g * ostride..],
+                        ostride,
+                        &mut sc,
+                    )
+                }
+            }
+        });
+        return true;
+    }
     let g = Geo { n, wstride, rows, astride, ostride };
     for t0 in (0..m).step_by(x86_tile::MAX_TILE) {
         let mt = x86_tile::MAX_TILE.min(m - t0);
@@ -136,7 +168,12 @@ pub fn vec_dot_block(
 /// dot products). Both paths are bitwise equal to the single-row kernel.
 const PACK_MIN_TOKENS: usize = 4;
 
+/// Tokens from which the AVX2 path (no VNNI) decodes Q4_K / Q5_K / Q6_K rows once per 8
+/// rows (`x86_pack8`) instead of per row.
+const PACK8_MIN_TOKENS: usize = 3;
+
 thread_local! {
+    static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
 }
