@@ -116,7 +116,14 @@ pub fn vec_dot_block(
     if let (true, Some(kind)) = (m >= PACK8_MIN_TOKENS && !has_vnni(), k8_kind) {
         PACKED8.with(|sc| {
             let mut sc = sc.borrow_mut();
+            let wrb = w_ty.row_bytes(n).unwrap_or(0);
             for g in (0..rows).step_by(8) {
+                let next = (g + 8 < rows).then(|| {
+                    let end = ((rows - 1) * wstride + wrb).min(w.len());
+                    let start = (g + 8) * wstride;
+                    // SAFETY: start < end <= w.len().
+                    (unsafe { w.as_ptr().add(start) }, (8 * wstride).min(end - start))
+                });
                 // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
                 // (checked by the caller), and out rows g..g+nr too.
                 unsafe {
@@ -132,6 +139,7 @@ pub fn vec_dot_block(
                         &mut out[g * ostride..],
                         ostride,
                         &mut sc,
+                        next,
                     )
                 }
             }

@@ -310,7 +310,8 @@ pub struct Scratch8 {
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 8) of `w` (stride `ws`, `nb` super-blocks each) against `m`
-/// tokens: `out[r·ostride + j]`.
+/// tokens: `out[r·ostride + j]`; `next` (pointer, bytes): the weights to prefetch
+/// meanwhile (a share per super-block packed, so the loads stay in flight).
 ///
 /// # Safety
 /// AVX2 + FMA + F16C available; `nr` rows of `nb` blocks at `w`, `m` tokens of `nb` Q8_K
@@ -329,13 +330,14 @@ pub unsafe fn group8(
     out: &mut [f32],
     ostride: usize,
     sc: &mut Scratch8,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
-            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
-            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
         }
     }
 }
@@ -353,7 +355,21 @@ unsafe fn run<const F: u8>(
     out: &mut [f32],
     ostride: usize,
     sc: &mut Scratch8,
+    next: Option<(*const u8, usize)>,
 ) {
+    let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
+    let share = pf_len.div_ceil(nb).next_multiple_of(64);
+    // (a macro, not a closure: a closure would not inherit the target features)
+    macro_rules! prefetch {
+        ($i:expr) => {
+            let mut off = $i * share;
+            while off < (($i + 1) * share).min(pf_len) {
+                // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
+                off += 64;
+            }
+        };
+    }
     // SAFETY: an all-zero bit pattern is a valid Packed8.
     let zero: Packed8 = unsafe { std::mem::zeroed() };
     // One token tile: each super-block dotted right after it is packed (in L1); more
@@ -362,6 +378,7 @@ unsafe fn run<const F: u8>(
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
     if !one_tile {
         for i in 0..nb {
+            prefetch!(i);
             // SAFETY: the caller guarantees 8 rows of nb blocks at w.
             unsafe { pack8::<F>(w, ws, nr, i, &mut sc.pks[i]) };
         }
@@ -376,6 +393,7 @@ unsafe fn run<const F: u8>(
                 let mut o = [_mm256_setzero_ps(); $mm];
                 if one_tile {
                     for i in 0..nb {
+                        prefetch!(i);
                         // SAFETY: as above; block i of every row and token exists.
                         unsafe {
                             pack8::<F>(w, ws, nr, i, &mut sc.pks[0]);
