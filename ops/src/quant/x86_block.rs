@@ -113,7 +113,8 @@ pub fn vec_dot_block(
         GgmlType::Q6K => Some(x86_pack8::Q6K),
         _ => None,
     };
-    if let (true, Some(kind)) = (m >= PACK8_MIN_TOKENS && !has_vnni(), k8_kind) {
+    let pack8_from = if w_ty == GgmlType::Q6K { PACK8_MIN_TOKENS_Q6K } else { PACK8_MIN_TOKENS };
+    if let (true, Some(kind)) = (m >= pack8_from && !has_vnni(), k8_kind) {
         PACKED8.with(|sc| {
             let mut sc = sc.borrow_mut();
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
@@ -176,9 +177,14 @@ pub fn vec_dot_block(
 /// dot products). Both paths are bitwise equal to the single-row kernel.
 const PACK_MIN_TOKENS: usize = 4;
 
-/// Tokens from which the AVX2 path (no VNNI) decodes Q4_K / Q5_K / Q6_K rows once per 8
-/// rows (`x86_pack8`) instead of per row.
-const PACK8_MIN_TOKENS: usize = 3;
+/// Tokens from which the AVX2 path (no VNNI) decodes Q4_K / Q5_K rows once per 8 rows
+/// (`x86_pack8`) instead of per row; Q6_K (its i16 sums chain only 2 groups: more
+/// `vpmaddwd`) from 8. Measured (`quant_tile::tile_throughput`, `PN_NO_AVX512=1`, Zen 4,
+/// one thread, GMAC/s tile → packed): Q4_K m=4 60 → 76, m=8 66 → 89, m=64 67 → 101;
+/// Q5_K m=4 57 → 60, m=8 60 → 74; Q6_K m=4 63 → 56, m=6 66 → 58, m=8 62 → 73, m=64
+/// 62 → 107.
+const PACK8_MIN_TOKENS: usize = 4;
+const PACK8_MIN_TOKENS_Q6K: usize = 8;
 
 thread_local! {
     static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
