@@ -36,8 +36,9 @@ fn tile_matches_vec_dot_bitwise() {
     }
 }
 
-/// Many rows × many tokens (the packed 8-row path for Q4_K / Q6_K with VNNI, remainder
-/// rows and token tiles), with padded strides: every (row, token) equals `vec_dot`.
+/// Many rows × many tokens (the packed 16-row paths with VNNI, the packed 8-row K-quant
+/// path on plain AVX2, remainder rows and token tiles), with padded strides: every
+/// (row, token) equals `vec_dot`.
 #[test]
 fn block_matches_vec_dot_bitwise() {
     use pn_ops::quant::vec_dot_block;
@@ -52,7 +53,7 @@ fn block_matches_vec_dot_bitwise() {
         for r in 0..rows {
             w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
         }
-        for m in [1usize, 7, 8, 9, 21] {
+        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 21] {
             let mut acts = vec![0u8; m * st];
             for j in 0..m {
                 let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 2.0).collect();
@@ -70,6 +71,73 @@ fn block_matches_vec_dot_bitwise() {
             }
         }
     }
+}
+
+/// The packed kernels' i16 partial sums at their bounds: every weight code at its
+/// largest (all quant bits set) against activations of ±127 (all one sign, then
+/// alternating), 1..=9 tokens: exactly `vec_dot`.
+#[test]
+fn block_extremes_match_vec_dot_bitwise() {
+    use pn_ops::quant::vec_dot_block;
+    use pn_ops::GgmlType::*;
+    for ty in [Q4K, Q5K, Q6K, IQ4XS, Q8_0, Q4_0] {
+        let n = 512;
+        let a_ty = vec_dot_type(ty);
+        let (wrb, rb) = (ty.row_bytes(n).unwrap(), a_ty.row_bytes(n).unwrap());
+        let rows = 19;
+        let mut w = vec![0xffu8; rows * wrb];
+        let f16s: &[usize] = match ty {
+            Q4K | Q5K => &[0, 2],
+            Q6K => &[208],
+            _ => &[0],
+        };
+        for blk in w.chunks_exact_mut(ty.type_size()) {
+            for &o in f16s {
+                blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.03).to_bits().to_le_bytes());
+            }
+        }
+        for sign in [1.0f32, -1.0] {
+            for alternate in [false, true] {
+                let m = 9;
+                let mut acts = vec![0u8; m * rb];
+                for j in 0..m {
+                    let x: Vec<f32> = (0..n)
+                        .map(|i| if alternate && (i / 2 + j) % 2 == 1 { -sign } else { sign })
+                        .collect();
+                    quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
+                }
+                for mm in 1..=m {
+                    let mut out = vec![0f32; rows * mm];
+                    vec_dot_block(ty, n, &w, wrb, rows, &acts, rb, mm, &mut out, mm);
+                    for r in 0..rows {
+                        for j in 0..mm {
+                            let want = vec_dot(ty, n, &w[r * wrb..], &acts[j * rb..]);
+                            let got = out[r * mm + j];
+                            assert_eq!(got.to_bits(), want.to_bits(), "{ty} r={r} j={j} m={mm} alt={alternate}: {got} vs {want}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The same block tests through the plain-AVX2 kernels (`PN_NO_AVX512`, read once per
+/// process, so in a child process of this test binary) on a machine that has AVX-512.
+#[test]
+fn block_tests_pass_on_the_avx2_path() {
+    if std::env::var_os("PN_NO_AVX512").is_some() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .env("PN_NO_AVX512", "1")
+        .args(["block_", "--test-threads", "1"])
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "AVX2 path: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("block_matches_vec_dot_bitwise ... ok"), "the child ran: {text}");
 }
 
 #[test]

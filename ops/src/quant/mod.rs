@@ -18,8 +18,9 @@
 //!   (tables in the generated [`iq_grids`]).
 //! - `x86` (detection, float types, activation quantizers), `x86_block` (row-block
 //!   dispatch), `x86_tile` (quantized dot products for 1..=8 activation rows at once,
-//!   AVX2 or AVX-512 VNNI), `x86_pack16` (Q4_K / Q6_K decoded once per 16 rows for a
-//!   whole batch, AVX-512 VNNI): selected at run time, the scalar fallback always kept.
+//!   AVX2 or AVX-512 VNNI), `x86_pack16` (K-quants decoded once per 16 rows for a
+//!   whole batch, AVX-512 VNNI), `x86_pack8` (Q4_K / Q5_K / Q6_K once per 8 rows, plain
+//!   AVX2): selected at run time, the scalar fallback always kept.
 //!
 //! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
 //! tested against it.
@@ -53,6 +54,8 @@ mod x86_tile;
 mod x86_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack16;
+#[cfg(target_arch = "x86_64")]
+mod x86_pack8;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack_q8;
 

@@ -7,7 +7,7 @@
 //! single-row kernel.
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
-use super::x86_tile::{ld, nibbles32, table16, MAX_TILE};
+use super::x86_tile::{ld, MAX_TILE};
 use std::arch::x86_64::*;
 
 /// One super-block of 16 rows, decoded (rows 0..8 in the low 256 bits of each vector).
@@ -51,38 +51,97 @@ const IQ4NL_U8: [i8; 16] = {
     t
 };
 
-/// 32 bytes of element group `cb` (elements 32·cb..32·cb+32) of one row of super-block
-/// `x`, as unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K 0..63).
+/// 32 raw bytes at offset `off` of the 16 rows' blocks at `xb` (stride `ws`; rows past
+/// `nr` repeat row `nr − 1`), transposed: lane r of `out[g]` = dword g of row r's bytes
+/// (rows 0..8 in the low 256 bits, 8..16 in the high). The nibbles and bit planes keep
+/// their places inside each dword, so decoding after the transpose (masks, shifts, the
+/// IQ4 table) gives the same vectors as decoding each row first: one transpose per 32
+/// raw bytes instead of one per 32 decoded elements (Q4_K: 4 per super-block, not 8).
 #[inline(always)]
-unsafe fn group_bytes<const F: u8>(x: *const u8, cb: usize) -> __m256i {
-    let m4 = _mm256_set1_epi8(0x0f);
-    // SAFETY (whole body): x is a whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B @16, qs
-    // 128 B @48) / Q6_K (ql 128 B @0, qh 64 B @128) block.
+unsafe fn raw16(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m512i; 8] {
+    let mut z = [_mm512_setzero_si512(); 8];
+    // SAFETY: the caller guarantees 32 readable bytes at `off` of every row's block.
+    unsafe {
+        for (r, zr) in z.iter_mut().enumerate() {
+            let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
+            *zr = join(ld(xb.add(ra * ws + off)), ld(xb.add(rb * ws + off)));
+        }
+        transpose16x8(z)
+    }
+}
+
+/// The element bytes of super-block at `xb` (16 rows) into `pk.w`: `pk.w[8·cb + g]` lane r =
+/// elements 32·cb + 4g .. +4 of row r, as unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K
+/// 0..63, IQ4_XS its table + 128).
+#[inline(always)]
+unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
+    let m4 = _mm512_set1_epi8(0x0f);
+    // (macros, not closures: a closure would not inherit the target features)
+    macro_rules! lo {
+        ($v:expr) => {
+            _mm512_and_si512($v, m4)
+        };
+    }
+    macro_rules! hi {
+        ($v:expr) => {
+            _mm512_and_si512(_mm512_srli_epi16::<4>($v), m4)
+        };
+    }
+    // SAFETY (whole body): xb holds 16 rows of whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B
+    // @16, qs 128 B @48) / Q6_K (ql 128 B @0, qh 64 B @128) / IQ4_XS (qs 128 B @8)
+    // blocks; AVX-512 enabled in every caller.
     unsafe {
         if F == IQ4XS {
-            // sub-block cb: 16 code bytes @8+16cb, low nibbles = elements 0..16, high 16..32
-            _mm256_shuffle_epi8(table16(&IQ4NL_U8), nibbles32(x.add(8 + 16 * cb)))
-        } else if F == Q5K {
-            // cb = 2c + h: nibble h of qs chunk c, fifth bit = bit cb of each qh byte
-            let q = ld(x.add(48 + 32 * (cb / 2)));
-            let low = if cb % 2 == 0 { _mm256_and_si256(q, m4) } else { _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
-            let hb = _mm256_and_si256(_mm256_srl_epi16(ld(x.add(16)), _mm_cvtsi32_si128(cb as i32)), _mm256_set1_epi8(1));
-            _mm256_or_si256(low, _mm256_slli_epi16(hb, 4))
+            // 32 raw bytes = sub-blocks 2p (dwords 0..4) and 2p + 1 (4..8); in each, the
+            // low nibbles are elements 0..16, the high ones 16..32
+            let t = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
+            for p in 0..4 {
+                let v = raw16(xb, ws, nr, 8 + 32 * p);
+                for g in 0..4 {
+                    pk.w[16 * p + g] = _mm512_shuffle_epi8(t, lo!(v[g]));
+                    pk.w[16 * p + 4 + g] = _mm512_shuffle_epi8(t, hi!(v[g]));
+                    pk.w[16 * p + 8 + g] = _mm512_shuffle_epi8(t, lo!(v[4 + g]));
+                    pk.w[16 * p + 12 + g] = _mm512_shuffle_epi8(t, hi!(v[4 + g]));
+                }
+            }
         } else if F == Q6K {
-            // cb = 4·half + k: low nibbles of ql (k even: bytes 0..32 / 32..64 of the
-            // half, k odd: high nibbles), high bits from qh >> 2k
-            let (half, k) = (cb / 4, cb % 4);
-            let q = ld(x.add(64 * half + 32 * (k % 2)));
-            let low = if k < 2 { _mm256_and_si256(q, m4) } else { _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) };
-            let qh = ld(x.add(128 + 32 * half));
-            let h = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * k as i32)), _mm256_set1_epi8(3));
-            _mm256_or_si256(low, _mm256_slli_epi16(h, 4))
+            // cb = 4·half + k: ql chunk 2·half + k % 2 (k < 2 low nibbles, else high),
+            // two high bits from qh chunk `half` >> 2k
+            let m2 = _mm512_set1_epi8(3);
+            for half in 0..2 {
+                let q = [raw16(xb, ws, nr, 64 * half), raw16(xb, ws, nr, 64 * half + 32)];
+                let h = raw16(xb, ws, nr, 128 + 32 * half);
+                for g in 0..8 {
+                    let hb = [
+                        _mm512_and_si512(h[g], m2),
+                        _mm512_and_si512(_mm512_srli_epi16::<2>(h[g]), m2),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(h[g]), m2),
+                        _mm512_and_si512(_mm512_srli_epi16::<6>(h[g]), m2),
+                    ];
+                    for k in 0..4 {
+                        let l = if k < 2 { lo!(q[k % 2][g]) } else { hi!(q[k % 2][g]) };
+                        pk.w[8 * (4 * half + k) + g] = _mm512_or_si512(l, _mm512_slli_epi16::<4>(hb[k]));
+                    }
+                }
+            }
         } else {
-            let q = ld(x.add(16 + 32 * (cb / 2)));
-            if cb % 2 == 0 {
-                _mm256_and_si256(q, m4)
-            } else {
-                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)
+            // cb = 2c + h: nibble h of qs chunk c; Q5_K's fifth bit = bit cb of qh
+            let qs_off = if F == Q5K { 48 } else { 16 };
+            let qh = if F == Q5K { raw16(xb, ws, nr, 16) } else { [_mm512_setzero_si512(); 8] };
+            let one = _mm512_set1_epi8(1);
+            for c in 0..4 {
+                let q = raw16(xb, ws, nr, qs_off + 32 * c);
+                for g in 0..8 {
+                    let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
+                    if F == Q5K {
+                        let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+                        let bh = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                        l = _mm512_or_si512(l, _mm512_slli_epi16::<4>(bl));
+                        h = _mm512_or_si512(h, _mm512_slli_epi16::<4>(bh));
+                    }
+                    pk.w[8 * (2 * c) + g] = l;
+                    pk.w[8 * (2 * c + 1) + g] = h;
+                }
             }
         }
     }
@@ -119,9 +178,8 @@ pub(super) unsafe fn transpose16x8(z: [__m512i; 8]) -> [__m512i; 8] {
 }
 
 /// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`; rows past `nr`
-/// repeat row `nr − 1`, their results are dropped) into `pk`: for each
-/// element group, rows r and r + 8 share a 512-bit vector and one 8×8 dword transpose
-/// per 256-bit half gives `x86_pack`'s layout for rows 0..8 (low half) and 8..16 (high).
+/// repeat row `nr − 1`, their results are dropped) into `pk` (`pack_elements`, then the
+/// scales and d across rows).
 #[inline(always)]
 unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
     use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
@@ -134,16 +192,7 @@ unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: 
     // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
-        let xb = w.add(i * bb);
-        for cb in 0..8 {
-            let mut z = [_mm512_setzero_si512(); 8];
-            for (r, zr) in z.iter_mut().enumerate() {
-                let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
-                *zr = join(group_bytes::<F>(xb.add(ra * ws), cb), group_bytes::<F>(xb.add(rb * ws), cb));
-            }
-            let t = transpose16x8(z);
-            pk.w[8 * cb..8 * cb + 8].copy_from_slice(&t);
-        }
+        pack_elements::<F>(w.add(i * bb), ws, nr, pk);
     }
     // SAFETY: as above (Q5_K's header is Q4_K's).
     unsafe {
@@ -278,23 +327,27 @@ unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
     }
 }
 
-/// `M` tokens (activations at `a + j·astride`) against `nb` packed super-blocks:
-/// `out[j]` = the 16 rows' dot products (lane r = row r); the 8-row kernel's steps.
+/// `M` tokens (activations at `a + j·astride`) against the packed super-blocks `pks`,
+/// which are blocks `i0..` of rows of `nb` blocks: `sumf[j]` += the 16 rows' dot products
+/// over those blocks (lane r = row r; the 8-row kernel's steps, blocks in order). `pf`:
+/// the next rows' bytes, prefetched a share per sub-block step of the `nb` blocks.
 #[inline(always)]
 unsafe fn dot16<const F: u8, const M: usize>(
     pks: &[Packed16],
+    i0: usize,
+    nb: usize,
     a: *const u8,
     astride: usize,
-    out: &mut [__m512; M],
+    sumf: &mut [__m512; M],
     pf: Option<(*const u8, usize)>,
 ) {
-    let mut sumf = [_mm512_setzero_ps(); M];
     let (ns, gs) = if F == Q6K { (16, 4) } else { (8, 8) };
     // the next rows' bytes spread over the sub-block steps: a few lines each, so the
     // loads stay in flight instead of overflowing the miss buffers in one burst
     let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
-    let per_step = pf_len.div_ceil(pks.len() * ns).next_multiple_of(64);
-    for (i, pk) in pks.iter().enumerate() {
+    let per_step = pf_len.div_ceil(nb * ns).next_multiple_of(64);
+    for (ii, pk) in pks.iter().enumerate() {
+        let i = i0 + ii;
         let mut isum = [_mm512_setzero_si512(); M];
         for s in 0..ns {
             let scv = pk.sc[s];
@@ -343,7 +396,6 @@ unsafe fn dot16<const F: u8, const M: usize>(
             }
         }
     }
-    *out = sumf;
 }
 
 /// Scratch of [`group16`]: the packed super-blocks.
@@ -402,10 +454,16 @@ unsafe fn run<const F: u8>(
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     let zero: Packed16 = unsafe { std::mem::zeroed() };
-    sc.pks.resize(nb, zero);
-    for i in 0..nb {
-        // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-        unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[i]) };
+    // One token tile (few tokens: an expert's share of a batch): each super-block is
+    // dotted right after it is packed, while it is in L1 (one Packed16 of scratch). More
+    // tokens: all blocks packed first, then every tile runs over them.
+    let one_tile = m <= MAX_TILE;
+    sc.pks.resize(if one_tile { 1 } else { nb }, zero);
+    if !one_tile {
+        for i in 0..nb {
+            // SAFETY: the caller guarantees 16 rows of nb blocks at w.
+            unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[i]) };
+        }
     }
     // The next rows (`next`: pointer, bytes) load while the first token tile computes.
     let mut t0 = 0;
@@ -413,21 +471,33 @@ unsafe fn run<const F: u8>(
         let mt = MAX_TILE.min(m - t0);
         // SAFETY: tokens t0..t0+mt are inside the activations (caller).
         let at = unsafe { a.add(t0 * astride) };
-        macro_rules! go {
-            ($mm:literal) => {{
-                let mut o = [_mm512_setzero_ps(); $mm];
-                // SAFETY: as above.
-                let pf = if t0 == 0 { next } else { None };
+        macro_rules! dot {
+            ($mm:literal, $pks:expr, $i0:expr, $o:expr, $pf:expr) => {
                 // SAFETY: as above.
                 unsafe {
                     if F == Q6K {
-                        dot16::<Q6K, $mm>(&sc.pks, at, astride, &mut o, pf)
+                        dot16::<Q6K, $mm>($pks, $i0, nb, at, astride, $o, $pf)
                     } else if F == IQ4XS {
-                        dot16::<IQ4XS, $mm>(&sc.pks, at, astride, &mut o, pf)
+                        dot16::<IQ4XS, $mm>($pks, $i0, nb, at, astride, $o, $pf)
                     } else {
-                        dot16::<Q4K, $mm>(&sc.pks, at, astride, &mut o, pf)
+                        dot16::<Q4K, $mm>($pks, $i0, nb, at, astride, $o, $pf)
                     }
-                };
+                }
+            };
+        }
+        macro_rules! go {
+            ($mm:literal) => {{
+                let mut o = [_mm512_setzero_ps(); $mm];
+                let pf = if t0 == 0 { next } else { None };
+                if one_tile {
+                    for i in 0..nb {
+                        // SAFETY: the caller guarantees 16 rows of nb blocks at w.
+                        unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[0]) };
+                        dot!($mm, &sc.pks[..1], i, &mut o, pf);
+                    }
+                } else {
+                    dot!($mm, &sc.pks, 0, &mut o, pf);
+                }
                 for (j, v) in o.iter().enumerate() {
                     let mut l = [0f32; 16];
                     // SAFETY: 16 writable floats.

@@ -1,0 +1,429 @@
+//! 8-row packed kernels for Q4_K, Q5_K and Q6_K on plain AVX2 (no VNNI): the AVX2
+//! counterpart of `x86_pack16`. Each super-block of 8 weight rows is decoded once into
+//! 256-bit vectors whose i32 lane r holds 4 elements of row r (one 8×8 dword transpose
+//! per 32 raw bytes), so a broadcast of 4 activation bytes and one `vpmaddubsw` give 32
+//! products of 8 rows, and the scales, corrections and float steps run once per 8 rows
+//! instead of once per row: no horizontal sums at all (the per-row tile kernels sum 8
+//! lanes per super-block and token).
+//!
+//! Exactness: `vpmaddubsw` pairs (u8 weight · i8 activation) are summed in i16 only as
+//! far as they cannot overflow with any weight and any Q8_K byte (|q| ≤ 128): Q4_K
+//! 8 groups (8·2·15·128 = 30720), Q5_K 4 groups (4·2·31·128 = 31744), Q6_K 2 groups
+//! (2·2·63·128 = 32256); then `vpmaddwd` with the i16 sub-block scale gives exact i32
+//! sums. Every super-block's integer sums are therefore the exact ones, and the float
+//! step per super-block and token is the single-row kernel's (unfused, same order), so
+//! results are bitwise equal to `vec_dot`.
+
+use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
+use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
+use super::x86_tile::{ld, MAX_TILE};
+use std::arch::x86_64::*;
+
+/// The formats (`const F`): the K-quant's bit width.
+pub const Q4K: u8 = 4;
+pub const Q5K: u8 = 5;
+pub const Q6K: u8 = 6;
+
+/// One super-block of 8 rows, decoded (lane r = row r).
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+pub struct Packed8 {
+    /// `w[8·cb + g]` = elements 32·cb + 4g .. +4 of each row, unsigned bytes.
+    w: [__m256i; 64],
+    /// The sub-block scales as `(s, s)` i16 pairs (Q4_K/Q5_K: 8 of 32 elements, Q6_K: 16
+    /// of 16, signed).
+    sc: [__m256i; 16],
+    /// i16 pairs multiplied with the bsum pairs: Q4_K/Q5_K `(m, m)` of each sub-block,
+    /// Q6_K `(s_2p, s_2p+1)`.
+    corr: [__m256i; 8],
+    d: __m256,
+    dm: __m256,
+}
+
+/// 8 rows × 8 dwords (`z[r]` = row r) transposed: lane r of `out[g]` = dword g of row r.
+#[inline(always)]
+unsafe fn transpose8x8(z: [__m256i; 8]) -> [__m256i; 8] {
+    let mut t = [_mm256_setzero_si256(); 8];
+    for k in 0..4 {
+        t[2 * k] = _mm256_unpacklo_epi32(z[2 * k], z[2 * k + 1]);
+        t[2 * k + 1] = _mm256_unpackhi_epi32(z[2 * k], z[2 * k + 1]);
+    }
+    let u = [
+        _mm256_unpacklo_epi64(t[0], t[2]),
+        _mm256_unpackhi_epi64(t[0], t[2]),
+        _mm256_unpacklo_epi64(t[1], t[3]),
+        _mm256_unpackhi_epi64(t[1], t[3]),
+        _mm256_unpacklo_epi64(t[4], t[6]),
+        _mm256_unpackhi_epi64(t[4], t[6]),
+        _mm256_unpacklo_epi64(t[5], t[7]),
+        _mm256_unpackhi_epi64(t[5], t[7]),
+    ];
+    let mut out = [_mm256_setzero_si256(); 8];
+    for g in 0..4 {
+        out[g] = _mm256_permute2x128_si256::<0x20>(u[g], u[g + 4]);
+        out[4 + g] = _mm256_permute2x128_si256::<0x31>(u[g], u[g + 4]);
+    }
+    out
+}
+
+/// 32 raw bytes at offset `off` of the 8 rows' blocks at `xb` (stride `ws`; rows past
+/// `nr` repeat row `nr − 1`), transposed (lane r of `out[g]` = dword g of row r): the
+/// nibbles and bit planes keep their places inside each dword, so masks and shifts
+/// after the transpose decode all rows at once.
+#[inline(always)]
+unsafe fn raw8(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m256i; 8] {
+    let mut z = [_mm256_setzero_si256(); 8];
+    // SAFETY: the caller guarantees 32 readable bytes at `off` of every row's block.
+    unsafe {
+        for (r, zr) in z.iter_mut().enumerate() {
+            *zr = ld(xb.add(r.min(nr - 1) * ws + off));
+        }
+        transpose8x8(z)
+    }
+}
+
+/// The 16 bytes at `x + r·ws` of the 8 rows as 4 vectors: lane r of `h[k]` = dword k of
+/// row r (rows past `nr` repeat row `nr − 1`).
+#[inline(always)]
+unsafe fn dwords8(x: *const u8, ws: usize, nr: usize) -> [__m256i; 4] {
+    // SAFETY (whole body): 16 readable bytes at each `x + r·ws`.
+    unsafe {
+        // (a macro, not a closure: a closure would not inherit the target features)
+        macro_rules! row {
+            ($r:expr) => {
+                _mm_loadu_si128(x.add(($r).min(nr - 1) * ws) as *const __m128i)
+            };
+        }
+        // z[m] holds rows m (low lane) and m + 4 (high): a 4×4 dword transpose per lane
+        let mut z = [_mm256_setzero_si256(); 4];
+        for (m, zm) in z.iter_mut().enumerate() {
+            *zm = _mm256_set_m128i(row!(m + 4), row!(m));
+        }
+        let (t0, t1) = (_mm256_unpacklo_epi32(z[0], z[1]), _mm256_unpackhi_epi32(z[0], z[1]));
+        let (t2, t3) = (_mm256_unpacklo_epi32(z[2], z[3]), _mm256_unpackhi_epi32(z[2], z[3]));
+        [
+            _mm256_unpacklo_epi64(t0, t2),
+            _mm256_unpackhi_epi64(t0, t2),
+            _mm256_unpacklo_epi64(t1, t3),
+            _mm256_unpackhi_epi64(t1, t3),
+        ]
+    }
+}
+
+/// i32 lanes → `(v, v)` i16 pairs (v fits in i16).
+#[inline(always)]
+unsafe fn pair(v: __m256i) -> __m256i {
+    _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xffff)), _mm256_slli_epi32::<16>(v))
+}
+
+/// f16 values at `x + r·ws + off` of the 8 rows as f32 lanes (F16C; exact).
+#[inline(always)]
+unsafe fn f16_lanes(x: *const u8, ws: usize, nr: usize, off: usize) -> __m256 {
+    let mut h = [0u16; 8];
+    for (r, hr) in h.iter_mut().enumerate() {
+        // SAFETY: the caller guarantees 2 readable bytes at each row's `off`.
+        *hr = unsafe { (x.add(r.min(nr - 1) * ws + off) as *const u16).read_unaligned() };
+    }
+    // SAFETY: `h` is 16 readable bytes.
+    unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)) }
+}
+
+/// Decodes super-block `i` of the 8 rows at `w` into `pk`.
+#[inline(always)]
+unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed8) {
+    let bb = match F {
+        Q6K => Q6_K_BYTES,
+        Q5K => Q5_K_BYTES,
+        _ => Q4_K_BYTES,
+    };
+    let m4 = _mm256_set1_epi8(0x0f);
+    // (macros, not closures: a closure would not inherit the target features)
+    macro_rules! lo {
+        ($v:expr) => {
+            _mm256_and_si256($v, m4)
+        };
+    }
+    macro_rules! hi {
+        ($v:expr) => {
+            _mm256_and_si256(_mm256_srli_epi16::<4>($v), m4)
+        };
+    }
+    // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at w: Q4_K (d,
+    // dmin, scales 12 B, qs 128 B @16), Q5_K (the same header, qh 32 B @16, qs @48),
+    // Q6_K (ql 128 B @0, qh 64 B @128, scales 16 B @192, d @208).
+    unsafe {
+        let xb = w.add(i * bb);
+        if F == Q6K {
+            let m2 = _mm256_set1_epi8(3);
+            for half in 0..2 {
+                let q = [raw8(xb, ws, nr, 64 * half), raw8(xb, ws, nr, 64 * half + 32)];
+                let h = raw8(xb, ws, nr, 128 + 32 * half);
+                for g in 0..8 {
+                    let hb = [
+                        _mm256_and_si256(h[g], m2),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(h[g]), m2),
+                        _mm256_and_si256(_mm256_srli_epi16::<4>(h[g]), m2),
+                        _mm256_and_si256(_mm256_srli_epi16::<6>(h[g]), m2),
+                    ];
+                    for k in 0..4 {
+                        let l = if k < 2 { lo!(q[k % 2][g]) } else { hi!(q[k % 2][g]) };
+                        pk.w[8 * (4 * half + k) + g] = _mm256_or_si256(l, _mm256_slli_epi16::<4>(hb[k]));
+                    }
+                }
+            }
+            let h = dwords8(xb.add(192), ws, nr);
+            let mut s = [_mm256_setzero_si256(); 16];
+            for (k, hk) in h.iter().enumerate() {
+                // byte b of the dword, sign-extended: scale 4k + b
+                s[4 * k] = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(*hk));
+                s[4 * k + 1] = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<16>(*hk));
+                s[4 * k + 2] = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<8>(*hk));
+                s[4 * k + 3] = _mm256_srai_epi32::<24>(*hk);
+            }
+            let lo16 = _mm256_set1_epi32(0xffff);
+            for p in 0..8 {
+                pk.corr[p] = _mm256_or_si256(_mm256_and_si256(s[2 * p], lo16), _mm256_slli_epi32::<16>(s[2 * p + 1]));
+            }
+            for (o, v) in pk.sc.iter_mut().zip(s) {
+                *o = pair(v);
+            }
+            pk.d = f16_lanes(xb, ws, nr, 208);
+            pk.dm = _mm256_setzero_ps();
+        } else {
+            let qs_off = if F == Q5K { 48 } else { 16 };
+            let qh = if F == Q5K { raw8(xb, ws, nr, 16) } else { [_mm256_setzero_si256(); 8] };
+            let one = _mm256_set1_epi8(1);
+            for c in 0..4 {
+                let q = raw8(xb, ws, nr, qs_off + 32 * c);
+                for g in 0..8 {
+                    let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
+                    if F == Q5K {
+                        let bl = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+                        let bh = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                        l = _mm256_or_si256(l, _mm256_slli_epi16::<4>(bl));
+                        h = _mm256_or_si256(h, _mm256_slli_epi16::<4>(bh));
+                    }
+                    pk.w[8 * (2 * c) + g] = l;
+                    pk.w[8 * (2 * c + 1) + g] = h;
+                }
+            }
+            // scales and mins: `x86_tile::scales_mins_k4`'s bit formulas across rows
+            let h = dwords8(xb, ws, nr);
+            let (k1, k2, k3) = (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
+            let sc_lo = _mm256_and_si256(h[1], k1);
+            let mn_lo = _mm256_and_si256(h[2], k1);
+            let sc_hi = _mm256_or_si256(
+                _mm256_and_si256(h[3], k2),
+                _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(h[1]), k3)),
+            );
+            let mn_hi = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi32::<4>(h[3]), k2),
+                _mm256_slli_epi32::<4>(_mm256_and_si256(_mm256_srli_epi32::<6>(h[2]), k3)),
+            );
+            let ff = _mm256_set1_epi32(0xff);
+            for s in 0..4 {
+                let c = _mm_cvtsi32_si128(8 * s as i32);
+                macro_rules! byte {
+                    ($v:expr) => {
+                        _mm256_and_si256(_mm256_srl_epi32($v, c), ff)
+                    };
+                }
+                pk.sc[s] = pair(byte!(sc_lo));
+                pk.sc[4 + s] = pair(byte!(sc_hi));
+                pk.corr[s] = pair(byte!(mn_lo));
+                pk.corr[4 + s] = pair(byte!(mn_hi));
+            }
+            pk.d = f16_lanes(xb, ws, nr, 0);
+            pk.dm = f16_lanes(xb, ws, nr, 2);
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn bcast4(p: *const u8) -> __m256i {
+    // SAFETY: the caller guarantees 4 readable bytes at `p`.
+    _mm256_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
+}
+
+/// `M` tokens (activations at `a + j·astride`) against the packed super-blocks `pks`
+/// (blocks `i0..` of the rows): `sumf[j]` lane r += row r's dot product over them.
+#[inline(always)]
+unsafe fn dot8<const F: u8, const M: usize>(pks: &[Packed8], i0: usize, a: *const u8, astride: usize, sumf: &mut [__m256; M]) {
+    // sub-blocks per super-block, groups of 4 elements per sub-block, and how many
+    // groups' i16 pair sums are added before the scale (see the module's bounds)
+    let (ns, gs, chain) = match F {
+        Q6K => (16, 4, 2),
+        Q5K => (8, 8, 4),
+        _ => (8, 8, 8),
+    };
+    for (ii, pk) in pks.iter().enumerate() {
+        let i = i0 + ii;
+        let mut isum = [_mm256_setzero_si256(); M];
+        for s in 0..ns {
+            let scv = pk.sc[s];
+            for (j, is) in isum.iter_mut().enumerate() {
+                // SAFETY (this block): token j's block i is Q8_K_BYTES at y; the qs
+                // bytes read are 4 + (s·gs + g)·4 + 4 <= 260.
+                unsafe {
+                    let y = a.add(j * astride + i * Q8_K_BYTES + Q8_K_QS + 4 * gs * s);
+                    let mut g = 0;
+                    while g < gs {
+                        let mut acc = _mm256_maddubs_epi16(pk.w[gs * s + g], bcast4(y.add(4 * g)));
+                        for h in 1..chain {
+                            acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(pk.w[gs * s + g + h], bcast4(y.add(4 * (g + h)))));
+                        }
+                        *is = _mm256_add_epi32(*is, _mm256_madd_epi16(acc, scv));
+                        g += chain;
+                    }
+                }
+            }
+        }
+        for (j, sf) in sumf.iter_mut().enumerate() {
+            // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
+            unsafe {
+                let y = a.add(j * astride + i * Q8_K_BYTES);
+                let mut c = _mm256_setzero_si256();
+                for p in 0..8 {
+                    c = _mm256_add_epi32(c, _mm256_madd_epi16(pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p))));
+                }
+                let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+                let term = if F == Q6K {
+                    // dw·yd·(is − 32·off)
+                    let t = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(c));
+                    _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(t))
+                } else {
+                    // (dw·yd)·is − (dmw·yd)·summ
+                    let dd = _mm256_mul_ps(pk.d, yd);
+                    let dmin = _mm256_mul_ps(pk.dm, yd);
+                    _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(isum[j])), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(c)))
+                };
+                *sf = _mm256_add_ps(*sf, term);
+            }
+        }
+    }
+}
+
+/// Scratch of [`group8`]: the packed super-blocks.
+#[derive(Default)]
+pub struct Scratch8 {
+    pks: Vec<Packed8>,
+}
+
+/// Rows `0..nr` (1 ≤ nr ≤ 8) of `w` (stride `ws`, `nb` super-blocks each) against `m`
+/// tokens: `out[r·ostride + j]`; `next` (pointer, bytes): the weights to prefetch
+/// meanwhile (a share per super-block packed, so the loads stay in flight).
+///
+/// # Safety
+/// AVX2 + FMA + F16C available; `nr` rows of `nb` blocks at `w`, `m` tokens of `nb` Q8_K
+/// blocks at `a + j·astride`, `out` holds `(nr−1)·ostride + m` floats.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn group8(
+    kind: u8,
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut Scratch8,
+    next: Option<(*const u8, usize)>,
+) {
+    // SAFETY (whole body): the caller's contract.
+    unsafe {
+        match kind {
+            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run<const F: u8>(
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut Scratch8,
+    next: Option<(*const u8, usize)>,
+) {
+    let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
+    let share = pf_len.div_ceil(nb).next_multiple_of(64);
+    // (a macro, not a closure: a closure would not inherit the target features)
+    macro_rules! prefetch {
+        ($i:expr) => {
+            let mut off = $i * share;
+            while off < (($i + 1) * share).min(pf_len) {
+                // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
+                off += 64;
+            }
+        };
+    }
+    // SAFETY: an all-zero bit pattern is a valid Packed8.
+    let zero: Packed8 = unsafe { std::mem::zeroed() };
+    // One token tile: each super-block dotted right after it is packed (in L1); more
+    // tokens: all blocks packed first, then every tile runs over them.
+    let one_tile = m <= MAX_TILE;
+    sc.pks.resize(if one_tile { 1 } else { nb }, zero);
+    if !one_tile {
+        for i in 0..nb {
+            prefetch!(i);
+            // SAFETY: the caller guarantees 8 rows of nb blocks at w.
+            unsafe { pack8::<F>(w, ws, nr, i, &mut sc.pks[i]) };
+        }
+    }
+    let mut t0 = 0;
+    while t0 < m {
+        let mt = MAX_TILE.min(m - t0);
+        // SAFETY: tokens t0..t0+mt are inside the activations (caller).
+        let at = unsafe { a.add(t0 * astride) };
+        macro_rules! go {
+            ($mm:literal) => {{
+                let mut o = [_mm256_setzero_ps(); $mm];
+                if one_tile {
+                    for i in 0..nb {
+                        prefetch!(i);
+                        // SAFETY: as above; block i of every row and token exists.
+                        unsafe {
+                            pack8::<F>(w, ws, nr, i, &mut sc.pks[0]);
+                            dot8::<F, $mm>(&sc.pks[..1], i, at, astride, &mut o);
+                        }
+                    }
+                } else {
+                    // SAFETY: as above.
+                    unsafe { dot8::<F, $mm>(&sc.pks, 0, at, astride, &mut o) };
+                }
+                for (j, v) in o.iter().enumerate() {
+                    let mut l = [0f32; 8];
+                    // SAFETY: 8 writable floats.
+                    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *v) };
+                    for (r, &x) in l.iter().enumerate().take(nr) {
+                        out[r * ostride + t0 + j] = x;
+                    }
+                }
+            }};
+        }
+        match mt {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            4 => go!(4),
+            5 => go!(5),
+            6 => go!(6),
+            7 => go!(7),
+            _ => go!(8),
+        }
+        t0 += mt;
+    }
+}
