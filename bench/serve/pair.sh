@@ -15,7 +15,9 @@ while [ $# -ge 2 ]; do
   label=$1 cmd=${2//\{model\}/$MODEL}
   cmd=${cmd//\{port\}/$port}
   shift 2
-  eval "$cmd" > "/tmp/pn-pair-$label.log" 2>&1 &
+  # exec: $! is the server itself (killed below), and fd 9 (bench-quiet's lock) is not
+  # inherited, so a server left behind cannot hold the lock
+  ( exec 9>&-; eval "exec $cmd" ) > "/tmp/pn-pair-$label.log" 2>&1 &
   pid=$!
   for _ in $(seq 1200); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break

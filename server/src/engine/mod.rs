@@ -28,10 +28,14 @@ use prefill::PrefillTask;
 use schedule::StepCosts;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
+
+/// How long an idle engine waits for the next job of a burst, and for the whole burst.
+const GATHER_GAP: Duration = Duration::from_millis(2);
+const GATHER_MAX: Duration = Duration::from_millis(20);
 
 /// A loaded model and how to serve it.
 pub struct ModelSpec {
@@ -234,6 +238,7 @@ impl Engine {
                     Ok(m) => self.take(m),
                     Err(_) => return,
                 }
+                self.gather(&rx);
             }
             loop {
                 match rx.try_recv() {
@@ -249,6 +254,24 @@ impl Engine {
             self.admit();
             self.iterate();
             self.publish();
+        }
+    }
+
+    /// A job woke the idle engine: the requests sent with it (a burst of clients) are
+    /// usually a few ms behind. Take them while they keep coming (each within
+    /// `GATHER_GAP`, for `GATHER_MAX` at most), so the first pass prefills them together
+    /// instead of starting one stream that every later prompt then stalls.
+    fn gather(&mut self, rx: &Receiver<Msg>) {
+        let t0 = Instant::now();
+        while t0.elapsed() < GATHER_MAX {
+            match rx.recv_timeout(GATHER_GAP) {
+                Ok(m) => self.take(m),
+                Err(RecvTimeoutError::Timeout) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.closed = true;
+                    return;
+                }
+            }
         }
     }
 

@@ -9,9 +9,10 @@
 //!   once for all of them) instead of each one stalling every running stream in turn.
 //! * **budget** (k ≥ n > 0): a step may cost at most `ratio` × a plain decode step of k
 //!   streams. The prefill tokens it may add follow from the measured marginal cost per
-//!   prefill token. When even the smallest pass does not fit, the unspent allowance is
-//!   kept as credit until it does, so on average the streams slow down by at most `ratio`
-//!   (and once the credit reaches its cap, the smallest pass goes in anyway).
+//!   prefill token. When even the oldest prompt's smallest pass (a granule of 64 tokens,
+//!   or a short prompt whole) costs more than that, the unspent allowance is kept as
+//!   credit until it pays for that pass, so on average the streams slow down by at most
+//!   `ratio` (and once the credit reaches its cap, the smallest pass goes in anyway).
 //!
 //! Costs are measured online: the seconds of a plain decode step per batch size k (EWMA),
 //! and the marginal seconds per prefill token of a mixed step (its time minus the plain
@@ -61,8 +62,9 @@ impl StepCosts {
         (0..self.decode.len()).find_map(near)
     }
 
-    /// The mode of the next pass with `k` live streams and `n` prompts prefilling.
-    pub fn mode(&mut self, k: usize, n: usize) -> Mode {
+    /// The mode of the next pass with `k` live streams and `n` prompts prefilling, the
+    /// oldest of which needs at least `smallest` tokens in a pass.
+    pub fn mode(&mut self, k: usize, n: usize, smallest: usize) -> Mode {
         self.filling = false;
         if n == 0 {
             self.credit = 0.0;
@@ -77,13 +79,21 @@ impl StepCosts {
             // first learn what a plain step costs
             return Mode::Budget(0);
         };
-        self.credit = (self.credit + (self.ratio - 1.0) * d).min(MAX_CREDIT);
-        match self.per_token {
-            // not measured yet, or the credit is at its cap: the smallest pass
-            None => Mode::Smallest,
-            Some(_) if self.credit >= MAX_CREDIT => Mode::Smallest,
-            Some(c) if self.credit <= 0.0 => Mode::Budget(usize::from(c <= 0.0)),
-            Some(c) => Mode::Budget((self.credit / c.max(1e-9)).floor() as usize),
+        let allowance = (self.ratio - 1.0) * d;
+        self.credit = (self.credit + allowance).min(MAX_CREDIT);
+        let Some(c) = self.per_token.filter(|&c| c > 0.0) else {
+            // not measured yet: one smallest pass tells
+            return Mode::Smallest;
+        };
+        // this step's allowance, no more even with credit banked
+        let fit = (allowance.min(self.credit) / c).floor().max(0.0) as usize;
+        if fit >= smallest.max(1) {
+            Mode::Budget(fit)
+        } else if self.credit >= c * smallest as f64 || self.credit >= MAX_CREDIT {
+            // the smallest pass costs more than one step's allowance: the credit pays
+            Mode::Smallest
+        } else {
+            Mode::Budget(0)
         }
     }
 
@@ -112,11 +122,11 @@ mod tests {
     #[test]
     fn fill_when_nothing_runs_or_more_wait_than_run() {
         let mut c = StepCosts::new(1.5, 16);
-        assert_eq!(c.mode(0, 3), Mode::Fill);
-        assert_eq!(c.mode(2, 3), Mode::Fill);
-        assert_eq!(c.mode(5, 0), Mode::Budget(0));
+        assert_eq!(c.mode(0, 3, 1), Mode::Fill);
+        assert_eq!(c.mode(2, 3, 1), Mode::Fill);
+        assert_eq!(c.mode(5, 0, 1), Mode::Budget(0));
         // k ≥ n, no plain step measured yet: a plain step first
-        assert_eq!(c.mode(4, 2), Mode::Budget(0));
+        assert_eq!(c.mode(4, 2, 1), Mode::Budget(0));
     }
 
     #[test]
@@ -124,40 +134,48 @@ mod tests {
         let mut c = StepCosts::new(1.5, 16);
         c.observe(8, 0, 0.125);
         // a fill pass teaches the per-token cost but is not charged to the credit
-        assert_eq!(c.mode(2, 3), Mode::Fill);
+        assert_eq!(c.mode(2, 3, 1), Mode::Fill);
         c.observe(2, 64, 1.0);
         assert_eq!(c.credit, 0.0);
         c.per_token = None;
         // no per-token cost yet: the smallest pass measures it
-        assert_eq!(c.mode(8, 1), Mode::Smallest);
+        assert_eq!(c.mode(8, 1, 16), Mode::Smallest);
         // 64 prefill tokens added 0.09375 s; the allowance was 0.5 × 0.125 = 0.0625
         c.observe(8, 64, 0.125 + 0.09375);
         assert_eq!(c.credit, 0.0625 - 0.09375);
         // next step: credit 0.03125 s at 0.09375 / 64 s a token → 21 tokens
-        assert_eq!(c.mode(8, 1), Mode::Budget(21));
+        assert_eq!(c.mode(8, 1, 16), Mode::Budget(21));
+        c.observe(8, 21, 0.125 + 21.0 * 0.09375 / 64.0);
+        // with credit banked, a step still gets one step's allowance: 0.0625 s → 42 tokens
+        c.credit = 1.0;
+        assert_eq!(c.mode(8, 1, 16), Mode::Budget(42));
         // a size never measured uses the nearest one (k = 8)
         assert_eq!(c.decode_secs(10), Some(0.125));
     }
 
     #[test]
-    fn credit_accumulates_until_the_smallest_pass_fits_and_is_capped() {
+    fn credit_pays_for_a_pass_larger_than_one_steps_allowance() {
         let mut c = StepCosts::new(1.5, 4);
         c.observe(1, 0, 0.010);
         c.observe(1, 40, 0.210); // 5 ms a token: 0.2 s of debt
-        // overspent: plain steps (0 tokens) until the credit is back
+        // overspent: plain steps until the credit is back, then until it pays for the
+        // smallest pass (40 tokens, 0.2 s) at 5 ms of allowance a step
         let mut plain = 0;
-        while c.mode(1, 1) == Mode::Budget(0) {
+        while c.mode(1, 1, 40) == Mode::Budget(0) {
             plain += 1;
         }
-        assert!((39..=41).contains(&plain), "0.2 s of debt at 5 ms of allowance per 10 ms step: {plain}");
+        assert!((78..=81).contains(&plain), "0.2 s of debt, then 0.2 s of credit, 5 ms a step: {plain}");
+        assert_eq!(c.mode(1, 1, 40), Mode::Smallest);
+        // a smallest pass within one step's allowance (1 token = 5 ms): a budget
+        assert_eq!(c.mode(1, 1, 1), Mode::Budget(1));
         for _ in 0..10_000 {
-            c.mode(1, 1);
+            c.mode(1, 1, 100_000);
         }
+        // the credit is capped; at the cap, the smallest pass goes in whatever it costs
         assert!(c.credit <= MAX_CREDIT);
-        // at the cap, the smallest pass goes in whatever it costs
-        assert_eq!(c.mode(1, 1), Mode::Smallest);
+        assert_eq!(c.mode(1, 1, 100_000), Mode::Smallest);
         // no prompt waiting: the credit is dropped
-        c.mode(1, 0);
+        c.mode(1, 0, 0);
         assert_eq!(c.credit, 0.0);
     }
 }

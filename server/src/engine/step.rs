@@ -21,9 +21,10 @@ impl Engine {
         let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
         let ubatch = self.runner.ubatch.max(1);
         let room = ubatch.saturating_sub(batch.len());
-        let mode = self.costs.mode(batch.len(), self.prefilling.len());
+        let smallest = self.prefilling.front().map_or(0, |(_, t)| t.smallest_pass(ubatch));
+        let mode = self.costs.mode(batch.len(), self.prefilling.len(), smallest);
         let ends = self.plan(mode, room, batch.len());
-        let never_fits = self.prefilling.front().is_some_and(|(_, t)| t.smallest_pass(ubatch) > room);
+        let never_fits = smallest > room;
         if ends.is_empty() && never_fits && mode != Mode::Budget(0) {
             // a ubatch too small to hold a pass beside the decode tokens: separate passes
             self.live = stepping;
@@ -38,6 +39,9 @@ impl Engine {
             Ok((logits, rows)) => {
                 let p: usize = self.prefilling.iter().zip(&ends).map(|((_, t), &e)| e - t.done()).sum();
                 self.costs.observe(batch.len(), p, t0.elapsed().as_secs_f64());
+                if std::env::var_os("PN_TRACE_STEPS").is_some() {
+                    eprintln!("step k={} n={} mode={:?} prefill={} ms={:.1}", batch.len(), self.prefilling.len(), mode, p, t0.elapsed().as_secs_f64() * 1e3);
+                }
                 for (row, l) in stepping.into_iter().enumerate() {
                     if let Some(l) = self.after_step(l, logits.row(row)) {
                         self.live.push(l);
