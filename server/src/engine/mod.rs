@@ -185,6 +185,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     let (n_slots, note) = slot_ladder(runner.model(), &state, slots, arenas + cache.budget_bytes as u64, avail)?;
     notes.extend(note);
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    warm_geometries(&runner)?;
     let tok = Arc::new(tokenizer);
     let info = ModelInfo { id, name, tokenizer: tok.clone(), n_ctx: state.max_seq, ring: state.overflow == pn_ops::Overflow::Ring, n_slots, created };
     shared.metrics.n_slots.store(n_slots as u64, Ordering::Relaxed);
@@ -207,6 +208,20 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     };
     e.publish();
     Ok((e, notes))
+}
+
+/// Build every graph the engine can run before serving. The runner compiles (and keeps)
+/// one graph and plan per geometry, so a server that met a new pass size now and then
+/// grew for minutes under load (decode steps of 1..=slots, prefill passes of any length up
+/// to `ubatch`, mixed passes of both: docs/server.md, "Load and faults"). Compiled up
+/// front, they are all there from the start and the resident memory stays flat.
+fn warm_geometries(runner: &Runner) -> anyhow::Result<()> {
+    for n_tokens in 1..=runner.ubatch.max(1) {
+        for all_logits in [false, true] {
+            runner.plan(pn_engine::Geometry { n_tokens, all_logits })?;
+        }
+    }
+    Ok(())
 }
 
 /// Load (`load` runs on the engine thread, so `/health` answers 503 meanwhile), then run
