@@ -5,11 +5,13 @@
 //! thread ([`engine`]) owns the runner, the slots and the prefix cache and runs the
 //! continuous batch. They talk through a bounded job queue and one event channel per
 //! request; a request whose client goes away is cancelled within one step.
-#![forbid(unsafe_code)]
+// unsafe only in `malloc` (one mallopt call)
+#![deny(unsafe_code)]
 
 pub mod engine;
 pub mod error;
 pub mod generation;
+pub mod malloc;
 pub mod metrics;
 pub mod params;
 pub mod prompt;
@@ -189,6 +191,7 @@ pub fn serve<L>(cfg: ServerConfig, load: L) -> anyhow::Result<()>
 where
     L: FnOnce() -> anyhow::Result<ModelSpec> + Send + 'static,
 {
+    malloc::pin_mmap_threshold();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let addr = format!("{}:{}", cfg.host, cfg.port);

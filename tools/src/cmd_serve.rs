@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// step); off by default: on 2 cores the two compete and the overlap is slower
     #[arg(long)]
     async_steps: bool,
+    /// While more streams run than prompts wait, a decode step that also prefills may cost
+    /// at most this many plain decode steps (measured as it runs; docs/server.md)
+    #[arg(long, default_value_t = 1.5)]
+    step_budget: f64,
 }
 
 /// The id of a model file: its name without `.gguf`.
@@ -114,11 +118,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
         cache.budget_bytes = 0;
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
-    let (opts, chunk, async_steps) = (a.opts.clone(), a.prefill_chunk, a.async_steps);
+    let (opts, chunk, async_steps, step_budget) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget);
     pn_server::serve(cfg, move || {
         let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
-        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps })
+        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget })
     })
 }

@@ -1,16 +1,18 @@
 //! The engine thread: it alone owns the runner, the decode slots and the prefix cache.
 //! Every call into `Slots` / `Runner` / `PrefixCache` the server makes is in this module
-//! (and `prefill.rs`), so an engine API change is adapted here.
+//! (`prefill.rs`, `step.rs`), so an engine API change is adapted here.
 //!
 //! Loop: take new jobs (bounded queue, counted by `Metrics::queue_depth`), drop the
 //! cancelled ones (client gone: its event channel is closed; deadline passed), admit
-//! waiting jobs while a slot is free (bound + prefilling ≤ slots), run one decode step
-//! for every bound sequence and one bounded prefill pass of the oldest admitted prompt
-//! (overlapped with `async_steps`), hand each sequence its logits row. A finished
+//! waiting jobs while a slot is free (bound + prefilling ≤ slots), then one pass over
+//! every bound sequence's decode token and the prefill passes the step budget allows
+//! (`schedule.rs`, `step.rs`), and hand each sequence its logits row. A finished
 //! sequence's answer goes out at once; its last token is fed in one more step so the
 //! prefix cache holds the whole turn (prompt + answer), then the slot is free.
 
 mod prefill;
+mod schedule;
+mod step;
 
 use crate::error::ApiError;
 use crate::generation::{Delta, Finish, Generation, Step};
@@ -23,12 +25,17 @@ use pn_engine::state::kv::{self, StateConfig};
 use pn_engine::tokenizer::{DecodeOptions, Tokenizer};
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
 use prefill::PrefillTask;
+use schedule::StepCosts;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::UnboundedSender;
+
+/// How long an idle engine waits for the next job of a burst, and for the whole burst.
+const GATHER_GAP: Duration = Duration::from_millis(2);
+const GATHER_MAX: Duration = Duration::from_millis(20);
 
 /// A loaded model and how to serve it.
 pub struct ModelSpec {
@@ -48,6 +55,9 @@ pub struct ModelSpec {
     /// (off by default: on a 2-core CPU both compete for the same cores and the overlap
     /// measured slower than running them one after the other).
     pub async_steps: bool,
+    /// The most a decode step with prefill work in it may cost, relative to a plain decode
+    /// step, while more streams run than prompts wait (> 1; `schedule.rs`).
+    pub step_budget: f64,
 }
 
 /// What the HTTP side knows of the loaded model.
@@ -145,6 +155,8 @@ struct Engine {
     state_cfg: StateConfig,
     chunk: usize,
     async_steps: bool,
+    /// Measured step costs: how much prefill goes into each step.
+    costs: StepCosts,
     spare: Vec<SeqState>,
     waiting: VecDeque<Box<Job>>,
     prefilling: VecDeque<(Seq, PrefillTask)>,
@@ -156,10 +168,13 @@ struct Engine {
 /// Build the engine for `spec` (memory ladders: KV format, then slots) and publish the
 /// model's info; returns the engine and the notes the ladders printed.
 fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<String>)> {
-    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps } = spec;
+    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps, step_budget } = spec;
     let iv = cache.interval;
     if prefill_chunk == 0 || (iv > 0 && !iv.is_multiple_of(prefill_chunk)) {
         anyhow::bail!("--prefill-chunk: expected a divisor of the prefix-cache interval {iv}, found {prefill_chunk}");
+    }
+    if !(step_budget.is_finite() && step_budget > 1.0) {
+        anyhow::bail!("--step-budget: expected a ratio above 1 (a step with prefill work over a plain decode step), found {step_budget}");
     }
     let mut notes = Vec::new();
     let avail = kv::mem_available();
@@ -170,6 +185,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     let (n_slots, note) = slot_ladder(runner.model(), &state, slots, arenas + cache.budget_bytes as u64, avail)?;
     notes.extend(note);
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    warm_geometries(&runner)?;
     let tok = Arc::new(tokenizer);
     let info = ModelInfo { id, name, tokenizer: tok.clone(), n_ctx: state.max_seq, ring: state.overflow == pn_ops::Overflow::Ring, n_slots, created };
     shared.metrics.n_slots.store(n_slots as u64, Ordering::Relaxed);
@@ -182,6 +198,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         state_cfg: state,
         chunk: prefill_chunk,
         async_steps,
+        costs: StepCosts::new(step_budget, n_slots),
         spare: Vec::new(),
         waiting: VecDeque::new(),
         prefilling: VecDeque::new(),
@@ -191,6 +208,20 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     };
     e.publish();
     Ok((e, notes))
+}
+
+/// Build every graph the engine can run before serving. The runner compiles (and keeps)
+/// one graph and plan per geometry, so a server that met a new pass size now and then
+/// grew for minutes under load (decode steps of 1..=slots, prefill passes of any length up
+/// to `ubatch`, mixed passes of both: docs/server.md, "Load and faults"). Compiled up
+/// front, they are all there from the start and the resident memory stays flat.
+fn warm_geometries(runner: &Runner) -> anyhow::Result<()> {
+    for n_tokens in 1..=runner.ubatch.max(1) {
+        for all_logits in [false, true] {
+            runner.plan(pn_engine::Geometry { n_tokens, all_logits })?;
+        }
+    }
+    Ok(())
 }
 
 /// Load (`load` runs on the engine thread, so `/health` answers 503 meanwhile), then run
@@ -222,6 +253,7 @@ impl Engine {
                     Ok(m) => self.take(m),
                     Err(_) => return,
                 }
+                self.gather(&rx);
             }
             loop {
                 match rx.try_recv() {
@@ -237,6 +269,24 @@ impl Engine {
             self.admit();
             self.iterate();
             self.publish();
+        }
+    }
+
+    /// A job woke the idle engine: the requests sent with it (a burst of clients) are
+    /// usually a few ms behind. Take them while they keep coming (each within
+    /// `GATHER_GAP`, for `GATHER_MAX` at most), so the first pass prefills them together
+    /// instead of starting one stream that every later prompt then stalls.
+    fn gather(&mut self, rx: &Receiver<Msg>) {
+        let t0 = Instant::now();
+        while t0.elapsed() < GATHER_MAX {
+            match rx.recv_timeout(GATHER_GAP) {
+                Ok(m) => self.take(m),
+                Err(RecvTimeoutError::Timeout) => return,
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.closed = true;
+                    return;
+                }
+            }
         }
     }
 
@@ -354,31 +404,6 @@ impl Engine {
         }
     }
 
-    /// One decode step for the bound sequences and one prefill pass: while the step runs
-    /// with async steps, after it otherwise (a prefill that completes binds its sequence
-    /// for the next step).
-    fn iterate(&mut self) {
-        let stepping = std::mem::take(&mut self.live);
-        let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
-        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, self.async_steps).map(|_| true) };
-        self.prefill_chunk();
-        let res = match launched {
-            Ok(true) => self.slots.step_wait(),
-            Ok(false) => return,
-            Err(e) => Err(e),
-        };
-        match res {
-            Ok(logits) => {
-                for (row, l) in stepping.into_iter().enumerate() {
-                    if let Some(l) = self.after_step(l, logits.row(row)) {
-                        self.live.push(l);
-                    }
-                }
-            }
-            Err(e) => self.fail(stepping, &format!("decode step: {e}")),
-        }
-    }
-
     /// A step failed: its sequences end with the error (their slots freed).
     fn fail(&mut self, stepping: Vec<Live>, msg: &str) {
         for l in stepping {
@@ -389,45 +414,6 @@ impl Engine {
                     let _ = l.seq.job.events.send(Event::Error(ApiError::internal(msg.to_string())));
                     self.release(l.h);
                 }
-            }
-        }
-    }
-
-    /// Evaluate one pass of the oldest prefill; a finished one samples its first token
-    /// and takes a slot.
-    fn prefill_chunk(&mut self) {
-        let Some((_, task)) = self.prefilling.front_mut() else { return };
-        if let Err(e) = task.step(&mut self.cache, &self.runner) {
-            let (s, t) = self.prefilling.pop_front().expect("front exists");
-            let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
-            self.spare.push(t.st);
-            return;
-        }
-        if !task.is_done() {
-            return;
-        }
-        let (mut seq, task) = self.prefilling.pop_front().expect("front exists");
-        let logits = task.logits.expect("done");
-        if let Some(text) = &seq.job.text {
-            self.shared.index.insert(text.clone(), task.tokens);
-        }
-        self.shared.metrics.observe_ttft(seq.job.arrived.elapsed());
-        let step = match seq.token(&self.tok, &logits, &self.shared.metrics) {
-            Some(s) => s,
-            None => {
-                self.spare.push(task.st);
-                return;
-            }
-        };
-        match self.slots.bind(task.st) {
-            Ok(h) => {
-                let l = Live { seq, h, next: step.token, finishing: None };
-                if let Some(l) = self.settle(l, step) {
-                    self.live.push(l);
-                }
-            }
-            Err(e) => {
-                let _ = seq.job.events.send(Event::Error(ApiError::internal(format!("binding a slot: {e}"))));
             }
         }
     }

@@ -39,6 +39,7 @@ pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
         cache: PrefixCacheConfig::default(),
         prefill_chunk: 256,
         async_steps: false,
+        step_budget: 1.5,
     }
 }
 

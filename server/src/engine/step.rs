@@ -1,0 +1,206 @@
+//! One engine iteration: a forward pass of the live streams' decode tokens together with
+//! the prefill passes that [`StepCosts`] allows (`schedule.rs`), then each sequence's
+//! logits row. With `async_steps` the decode step runs on the slots' worker instead, while
+//! one prefill pass of the oldest prompt runs here.
+
+use super::prefill::PrefillTask;
+use super::schedule::Mode;
+use super::{Engine, Event, Live, Seq};
+use crate::error::ApiError;
+use pn_engine::runner::Logits;
+use pn_engine::{SeqState, SlotHandle};
+use std::time::Instant;
+
+impl Engine {
+    /// One iteration (sync steps): decode + chosen prefill passes in one pass.
+    pub(super) fn iterate(&mut self) {
+        if self.async_steps {
+            return self.iterate_separately(true);
+        }
+        let stepping = std::mem::take(&mut self.live);
+        let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
+        let ubatch = self.runner.ubatch.max(1);
+        let room = ubatch.saturating_sub(batch.len());
+        let smallest = self.prefilling.front().map_or(0, |(_, t)| t.smallest_pass(ubatch));
+        let mode = self.costs.mode(batch.len(), self.prefilling.len(), smallest);
+        let ends = self.plan(mode, room, batch.len());
+        let never_fits = smallest > room;
+        if ends.is_empty() && never_fits && mode != Mode::Budget(0) {
+            // a ubatch too small to hold a pass beside the decode tokens: separate passes
+            self.live = stepping;
+            return self.iterate_separately(false);
+        }
+        if batch.is_empty() && ends.is_empty() {
+            return;
+        }
+        let t0 = Instant::now();
+        let res = self.run_pass(&batch, &ends);
+        match res {
+            Ok((logits, rows)) => {
+                let p: usize = self.prefilling.iter().zip(&ends).map(|((_, t), &e)| e - t.done()).sum();
+                self.costs.observe(batch.len(), p, t0.elapsed().as_secs_f64());
+                if std::env::var_os("PN_TRACE_STEPS").is_some() {
+                    eprintln!("step k={} n={} mode={:?} prefill={} ms={:.1}", batch.len(), self.prefilling.len(), mode, p, t0.elapsed().as_secs_f64() * 1e3);
+                }
+                for (row, l) in stepping.into_iter().enumerate() {
+                    if let Some(l) = self.after_step(l, logits.row(row)) {
+                        self.live.push(l);
+                    }
+                }
+                for ((_, t), (&e, &r)) in self.prefilling.iter_mut().zip(ends.iter().zip(&rows)) {
+                    t.passed(&mut self.cache, e, logits.row(r));
+                }
+                self.take_prefilled(ends.len());
+            }
+            Err(e) => {
+                self.fail(stepping, &format!("decode step: {e}"));
+                for _ in 0..ends.len() {
+                    let (s, t) = self.prefilling.pop_front().expect("planned");
+                    let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
+                    self.spare.push(t.st);
+                }
+            }
+        }
+    }
+
+    /// The pass ends of the oldest prefills (in order, stopping at the first that does not
+    /// fit) for `mode`, with `room` tokens left in a pass beside `k` decode tokens.
+    fn plan(&self, mode: Mode, room: usize, k: usize) -> Vec<usize> {
+        let ub = self.runner.ubatch;
+        let mut left = match mode {
+            Mode::Fill | Mode::Smallest => room,
+            Mode::Budget(n) => n.min(room),
+        };
+        // alone, a prompt's pass may hold a whole chunk: Runner::forward cuts at ubatch
+        if k == 0 && self.prefilling.len() == 1 && mode == Mode::Fill {
+            left = usize::MAX;
+        }
+        let mut ends = Vec::new();
+        for (_, t) in &self.prefilling {
+            let max = if mode == Mode::Smallest { t.smallest_pass(ub) } else { left };
+            let Some(e) = t.pass_end(max, ub).filter(|&e| e - t.done() <= left) else { break };
+            left -= e - t.done();
+            ends.push(e);
+            if mode == Mode::Smallest || left == 0 {
+                break;
+            }
+        }
+        ends
+    }
+
+    /// Run one pass: `batch`'s decode tokens, then the oldest prefills up to `ends`.
+    /// Returns the logits and, per prefill, the row of its pass's last token.
+    fn run_pass(&mut self, batch: &[(SlotHandle, u32)], ends: &[usize]) -> Result<(Logits, Vec<usize>), String> {
+        let mut parts: Vec<(&mut SeqState, &[u32])> = self
+            .prefilling
+            .iter_mut()
+            .zip(ends)
+            .map(|((_, t), &e)| {
+                let p = t.done();
+                (&mut t.st, &t.tokens[p..e])
+            })
+            .collect();
+        let mut rows = Vec::with_capacity(parts.len());
+        let mut at = batch.len();
+        for (_, toks) in &parts {
+            at += toks.len();
+            rows.push(at - 1);
+        }
+        let logits = if !batch.is_empty() {
+            self.slots.step_mixed(&self.runner, batch, &mut parts).map_err(|e| e.to_string())?
+        } else if parts.len() == 1 {
+            // a prompt alone: only its last row's logits
+            let (st, toks) = parts.pop().expect("one part");
+            let l = self.runner.forward(st, toks, false).map_err(|e| e.to_string())?;
+            rows[0] = l.rows() - 1;
+            l
+        } else {
+            self.runner.forward_multi(&mut parts).map_err(|e| e.to_string())?
+        };
+        Ok((logits, rows))
+    }
+
+    /// Of the first `n` prefills, start those that are done (first token, a slot).
+    fn take_prefilled(&mut self, n: usize) {
+        let mut keep = Vec::new();
+        for _ in 0..n {
+            let (s, t) = self.prefilling.pop_front().expect("planned");
+            if t.is_done() {
+                self.prefilled(s, t);
+            } else {
+                keep.push((s, t));
+            }
+        }
+        for st in keep.into_iter().rev() {
+            self.prefilling.push_front(st);
+        }
+    }
+
+    /// The decode step, then one prefill pass of the oldest prompt on its own; with
+    /// `overlapped` the step runs on the slots' worker thread during the prefill pass (a
+    /// prefill that completes binds its sequence for the next step).
+    fn iterate_separately(&mut self, overlapped: bool) {
+        let stepping = std::mem::take(&mut self.live);
+        let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
+        let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, overlapped).map(|_| true) };
+        self.prefill_chunk();
+        let res = match launched {
+            Ok(true) => self.slots.step_wait(),
+            Ok(false) => return,
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(logits) => {
+                for (row, l) in stepping.into_iter().enumerate() {
+                    if let Some(l) = self.after_step(l, logits.row(row)) {
+                        self.live.push(l);
+                    }
+                }
+            }
+            Err(e) => self.fail(stepping, &format!("decode step: {e}")),
+        }
+    }
+
+    /// Evaluate one pass of the oldest prefill on its own.
+    fn prefill_chunk(&mut self) {
+        let Some((_, task)) = self.prefilling.front_mut() else { return };
+        if let Err(e) = task.step(&mut self.cache, &self.runner) {
+            let (s, t) = self.prefilling.pop_front().expect("front exists");
+            let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
+            self.spare.push(t.st);
+            return;
+        }
+        if self.prefilling.front().is_some_and(|(_, t)| t.is_done()) {
+            let (s, t) = self.prefilling.pop_front().expect("front exists");
+            self.prefilled(s, t);
+        }
+    }
+
+    /// A prompt is prefilled: remember its tokens, sample its first token (the TTFT),
+    /// bind it to a slot for the next step.
+    fn prefilled(&mut self, mut seq: Seq, task: PrefillTask) {
+        let logits = task.logits.expect("done");
+        if let Some(text) = &seq.job.text {
+            self.shared.index.insert(text.clone(), task.tokens);
+        }
+        self.shared.metrics.observe_ttft(seq.job.arrived.elapsed());
+        let step = match seq.token(&self.tok, &logits, &self.shared.metrics) {
+            Some(s) => s,
+            None => {
+                self.spare.push(task.st);
+                return;
+            }
+        };
+        match self.slots.bind(task.st) {
+            Ok(h) => {
+                let l = Live { seq, h, next: step.token, finishing: None };
+                if let Some(l) = self.settle(l, step) {
+                    self.live.push(l);
+                }
+            }
+            Err(e) => {
+                let _ = seq.job.events.send(Event::Error(ApiError::internal(format!("binding a slot: {e}"))));
+            }
+        }
+    }
+}
