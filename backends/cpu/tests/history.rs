@@ -5,7 +5,7 @@
 //! recording changes no output; a state not recorded is refused.
 
 use pn_cpu::CpuBackend;
-use pn_engine::Backend;
+use pn_engine::HostKernels;
 use pn_ops::state::history::Recording;
 use pn_ops::*;
 
@@ -122,7 +122,7 @@ fn check(name: &str, exec: &Exec<'_>) {
 
 fn cpu_exec(be: &CpuBackend, op: &Op, ins: &[Value<'_>], m: &TensorMeta, st: &mut LayerState) -> Tensor {
     let mut out = Tensor::f32(m.shape, vec![0.0; m.shape.numel()]);
-    let mut go = || be.execute_into(op, ins, m, Some(&mut *st), &mut out).unwrap();
+    let mut go = || be.kernel_into(op, ins, m, Some(&mut *st), &mut out).unwrap();
     be.run_pass(&mut go);
     out
 }
@@ -166,7 +166,7 @@ fn cpu_multi_sequence_history_is_per_sequence() {
         let mut out = Tensor::f32(m.shape, vec![0.0; m.shape.numel()]);
         let [s0, s1] = &mut sts;
         let mut states = [s0, s1];
-        let mut go = || be.execute_seqs(op, ins, m, &spans, &mut states, &mut out).unwrap();
+        let mut go = || be.kernel_seqs(op, ins, m, &spans, &mut states, &mut out).unwrap();
         be.run_pass(&mut go);
     }
     for (i, st) in sts.iter_mut().enumerate() {

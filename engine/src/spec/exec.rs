@@ -1,10 +1,11 @@
 //! A small executor for graphs the runner does not plan: the MTP block's (crate::spec::mtp).
-//! Nodes run in order through [`Backend::execute`] inside one backend pass; leaves are
+//! Nodes run in order, each through the backend protocol ([`execute_op`]); leaves are
 //! GGUF weights (zero-copy, type and shape checked), `inp_tokens` / `inp_pos`, and
 //! caller-filled f32 inputs ([`GraphBuilder::external`]). One layer state serves the
 //! graph's stateful ops. Values are dropped after their last use.
 
-use crate::backend::Backend;
+use crate::backend::{execute_op, Backend};
+use std::sync::Arc;
 use crate::gguf::Gguf;
 use crate::graph::{Graph, NodeId};
 use crate::runner::RunError;
@@ -48,7 +49,7 @@ impl Bound {
 
     /// Runs the graph: `tokens` / `pos` fill the Tokens / Positions inputs, `ext` the
     /// external inputs by name; returns the graph outputs in order.
-    pub fn run(&self, g: &Gguf, backend: &dyn Backend, tokens: &[u32], pos: &[i32], ext: &[(&str, &Tensor)], mut state: Option<&mut LayerState>) -> Result<Vec<Tensor>, RunError> {
+    pub fn run(&self, g: &Gguf, backend: &Arc<dyn Backend>, tokens: &[u32], pos: &[i32], ext: &[(&str, &Tensor)], mut state: Option<&mut LayerState>) -> Result<Vec<Tensor>, RunError> {
         let graph = &self.graph;
         let mut vals: Vec<Option<Tensor>> = vec![None; graph.len()];
         let op_err = |id: NodeId, source: OpError| RunError::Op { node: graph.node(id).name.clone(), source };
@@ -78,7 +79,7 @@ impl Bound {
                         })
                         .collect();
                     let st = if op.state().is_some() { state.as_deref_mut() } else { None };
-                    backend.execute(op, &ins, &n.out, st).map_err(|e| op_err(id, e))?
+                    execute_op(backend, op, &ins, &n.out, st).map_err(|e| op_err(id, e))?
                 }
             };
             vals[id.index()] = Some(out);

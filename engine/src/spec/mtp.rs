@@ -90,23 +90,17 @@ impl MtpDrafter {
         })?;
         let pos: Vec<i32> = (pos0..pos0 + t).map(|p| p as i32).collect();
         let hin = Tensor::f32(Shape::d2(e, t), h.to_vec());
-        let (gguf, backend, state) = (&*self.gguf, &*self.backend, &mut self.state);
-        let mut res: Option<Result<(Vec<f32>, u32), SpecError>> = None;
-        backend.run_pass(&mut || {
-            res = Some((|| {
-                let norms = g1.run(gguf, backend, next, &pos, &[("inp_h", &hin)], None)?;
-                let (en, hn) = (norms[0].as_f32(), norms[1].as_f32());
-                let mut eh = Vec::with_capacity(2 * e * t);
-                for i in 0..t {
-                    eh.extend_from_slice(&en[i * e..(i + 1) * e]);
-                    eh.extend_from_slice(&hn[i * e..(i + 1) * e]);
-                }
-                let eh = Tensor::f32(Shape::d2(2 * e, t), eh);
-                let out = g2.run(gguf, backend, next, &pos, &[("inp_eh", &eh)], Some(&mut *state))?;
-                Ok((out[0].as_f32().to_vec(), argmax(out[1].as_f32()) as u32))
-            })());
-        });
-        res.unwrap_or(Err(SpecError::Unsupported("the backend ran no pass".into())))
+        let (gguf, backend, state) = (&*self.gguf, &self.backend, &mut self.state);
+        let norms = g1.run(gguf, backend, next, &pos, &[("inp_h", &hin)], None)?;
+        let (en, hn) = (norms[0].as_f32(), norms[1].as_f32());
+        let mut eh = Vec::with_capacity(2 * e * t);
+        for i in 0..t {
+            eh.extend_from_slice(&en[i * e..(i + 1) * e]);
+            eh.extend_from_slice(&hn[i * e..(i + 1) * e]);
+        }
+        let eh = Tensor::f32(Shape::d2(2 * e, t), eh);
+        let out = g2.run(gguf, backend, next, &pos, &[("inp_eh", &eh)], Some(&mut *state))?;
+        Ok((out[0].as_f32().to_vec(), argmax(out[1].as_f32()) as u32))
     }
 
     /// Up to `n` drafts after `tokens` (every fed token, then the pending one). Feeds the

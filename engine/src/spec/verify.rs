@@ -15,7 +15,7 @@ use pn_ops::{LayerState, Overflow, Tensor};
 /// place) and a context that does not wrap (a ring cache overwrites cells a rollback
 /// would need).
 pub fn check_runner(r: &Runner) -> Result<(), SpecError> {
-    if let Some(d) = r.dies().iter().find(|d| d.backend.resident()) {
+    if let Some(d) = r.dies().iter().find(|d| d.backend.memory() == crate::backend::Memory::Device) {
         return Err(SpecError::Unsupported(format!(
             "die {} ({}) keeps the layer states on the device, and rolling back its recurrent states there is not implemented: run speculative decoding on the CPU backend or use --draft none",
             d.device,
@@ -94,17 +94,13 @@ impl Pass {
 
 /// [`Runner::forward`] that also copies out `result_norm` (the hidden rows after
 /// `output_norm`, `[n_embd]` per token, every token of the pass) into `hidden`. The pass
-/// runs inside the backend's pass (its threads) with an observer picking that node.
+/// runs with an observer picking that node.
 pub fn forward_hidden(r: &Runner, st: &mut SeqState, tokens: &[u32], all: bool, hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
     hidden.clear();
-    let mut res: Option<Result<Logits, RunError>> = None;
-    r.backend().run_pass(&mut || {
-        let mut obs = |n: &Node, t: &Tensor| {
-            if n.name == "result_norm" {
-                hidden.extend_from_slice(t.as_f32());
-            }
-        };
-        res = Some(r.forward_observed(st, tokens, all, Some(&mut obs)));
-    });
-    res.unwrap_or(Err(RunError::Empty))
+    let mut obs = |n: &Node, t: &Tensor| {
+        if n.name == "result_norm" {
+            hidden.extend_from_slice(t.as_f32());
+        }
+    };
+    r.forward_observed(st, tokens, all, Some(&mut obs))
 }
