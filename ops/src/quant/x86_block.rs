@@ -79,12 +79,7 @@ pub fn vec_dot_block(
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
             for g in (0..rows).step_by(16) {
                 let nr = (rows - g).min(16);
-                let next = (g + 16 < rows).then(|| {
-                    let end = ((rows - 1) * wstride + wrb).min(w.len());
-                    let start = (g + 16) * wstride;
-                    // SAFETY: start < end <= w.len().
-                    (unsafe { w.as_ptr().add(start) }, (16 * wstride).min(end - start))
-                });
+                let next = next_group(w, g, 16, rows, wstride, wrb);
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
@@ -119,12 +114,7 @@ pub fn vec_dot_block(
             let mut sc = sc.borrow_mut();
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
             for g in (0..rows).step_by(8) {
-                let next = (g + 8 < rows).then(|| {
-                    let end = ((rows - 1) * wstride + wrb).min(w.len());
-                    let start = (g + 8) * wstride;
-                    // SAFETY: start < end <= w.len().
-                    (unsafe { w.as_ptr().add(start) }, (8 * wstride).min(end - start))
-                });
+                let next = next_group(w, g, 8, rows, wstride, wrb);
                 // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
                 // (checked by the caller), and out rows g..g+nr too.
                 unsafe {
@@ -338,3 +328,13 @@ mod tests {
     }
 }
 
+/// The bytes of the row group after rows `g..g + group` (at most `group` rows, inside
+/// `w`: the last row ends at its `wrb` bytes), for the packed kernels' prefetch; `None`
+/// after the last group.
+fn next_group(w: &[u8], g: usize, group: usize, rows: usize, wstride: usize, wrb: usize) -> Option<(*const u8, usize)> {
+    (g + group < rows).then(|| {
+        let end = ((rows - 1) * wstride + wrb).min(w.len());
+        let start = (g + group) * wstride;
+        (w[start..end].as_ptr(), (group * wstride).min(end - start))
+    })
+}
