@@ -110,13 +110,15 @@ impl OpCode {
 }
 
 /// A segment to compile: its ops over fixed slots of `arena`, for one geometry
-/// (`n_tokens`, `all_logits`); `stable`: the geometry is fixed step to step (decode), so
-/// a device may capture it once and replay it (the state keys and inputs change).
+/// (`n_tokens` of `seqs` sequences, `all_logits`); `stable`: the geometry is fixed step to
+/// step (decode), so a device may capture it once and replay it (the state keys and
+/// inputs change).
 #[derive(Clone, Debug)]
 pub struct SegmentCode {
     pub arena: u64,
     pub segment: usize,
     pub n_tokens: usize,
+    pub seqs: usize,
     pub all_logits: bool,
     pub stable: bool,
     pub ops: Vec<OpCode>,

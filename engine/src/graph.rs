@@ -5,7 +5,7 @@
 //! has a name, llama.cpp's callback name where one exists (`attn_norm-3`, `result_output`).
 
 use petgraph::graph::{DiGraph, NodeIndex};
-use pn_ops::{DType, GgmlType, Op, OpError, Shape, TensorMeta};
+use pn_ops::{DType, GgmlType, Op, OpError, Shape, StateShape, TensorMeta};
 use smallvec::SmallVec;
 use std::collections::HashMap;
 use thiserror::Error;
@@ -30,6 +30,8 @@ pub struct Node {
     pub name: String,
     /// The model layer this node belongs to (None: embedding, head, inputs).
     pub layer: Option<u16>,
+    /// A stateful op's layer state, inferred with its output ([`Op::state_shape`]).
+    pub state: Option<StateShape>,
 }
 
 /// A built graph: nodes in topological (insertion) order, plus its named outputs.
@@ -73,7 +75,8 @@ impl Graph {
     }
 }
 
-/// Builds a [`Graph`]; every op's inputs are shape-checked as it is added.
+/// Builds a [`Graph`]; every op's inputs are shape-checked as it is added, and a
+/// stateful op's layer state inferred ([`Node::state`]).
 #[derive(Default)]
 pub struct GraphBuilder {
     graph: Graph,
@@ -100,7 +103,8 @@ impl GraphBuilder {
         if self.graph.by_name.contains_key(&name) {
             return Err(GraphError::DuplicateName(name));
         }
-        let node = Node { op, inputs: inputs.iter().copied().collect(), out, name: name.clone(), layer: self.layer };
+        let state = op.state_shape(&inputs.iter().map(|&i| self.graph.g[i].out).collect::<SmallVec<[TensorMeta; 6]>>());
+        let node = Node { op, inputs: inputs.iter().copied().collect(), out, name: name.clone(), layer: self.layer, state };
         let id = self.graph.g.add_node(node);
         for (slot, &i) in inputs.iter().enumerate() {
             self.graph.g.add_edge(i, id, slot as u8);

@@ -4,12 +4,36 @@ use crate::graph::{GraphBuilder, GraphError};
 use pn_ops::{KvCache, KvType, LayerState};
 
 /// The batch geometry a graph is built for. Graphs are cached per geometry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+///
+/// The key holds the shape of the pass's sequence table (`seqs` rows), not the lengths in
+/// it: those are data, like the positions (the table, `pn_ops::SeqSpan` per sequence,
+/// travels with the pass). So a decode step of K slots is `{K, K}` (one graph per K),
+/// and prefill chunks of a mixed pass do not multiply the cache by every way a chunk
+/// can split among sequences; nothing compiled for a geometry depends on the split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Geometry {
-    /// Tokens in the micro-batch (one sequence).
+    /// Tokens in the micro-batch, every sequence's together.
     pub n_tokens: usize,
+    /// Sequences in the pass, each with at least one token (`seqs == n_tokens`: a
+    /// decode step, one token per sequence).
+    pub seqs: usize,
     /// Logits for every token (true) or only the last one (false).
     pub all_logits: bool,
+}
+
+impl Geometry {
+    /// One sequence of `n_tokens` tokens ([`crate::Runner::forward`]).
+    pub const fn one(n_tokens: usize, all_logits: bool) -> Geometry {
+        Geometry { n_tokens, seqs: 1, all_logits }
+    }
+    /// A pass of sequences of `lens` tokens each.
+    pub fn of(lens: &[usize], all_logits: bool) -> Geometry {
+        Geometry { n_tokens: lens.iter().sum(), seqs: lens.len(), all_logits }
+    }
+    /// Whether every sequence has one token (a decode step of `seqs` slots).
+    pub fn is_decode(&self) -> bool {
+        self.seqs == self.n_tokens
+    }
 }
 
 /// One line of a model's layer map (for `pn info` and dumps).

@@ -204,10 +204,7 @@ fn every_split_matches_one_die_bit_for_bit() {
 #[test]
 fn split_plan_places_layers_head_and_leaves() {
     let r = runner(two(1));
-    let geom = Geometry {
-        n_tokens: 5,
-        all_logits: false,
-    };
+    let geom = Geometry::one(5, false);
     let (g, p) = (r.graph(geom).unwrap(), r.plan(geom).unwrap());
     p.validate(&g).unwrap();
     assert_eq!(p.dies, vec![Device::cpu(0), Device::cpu(1)]);
@@ -244,10 +241,7 @@ fn split_plan_places_layers_head_and_leaves() {
 #[test]
 fn one_die_plan_and_default_causes() {
     let r = runner(Placement::default());
-    let geom = Geometry {
-        n_tokens: 1,
-        all_logits: false,
-    };
+    let geom = Geometry::one(1, false);
     let (g, p) = (r.graph(geom).unwrap(), r.plan(geom).unwrap());
     assert_eq!((p.segments.len(), p.transfers.len()), (1, 0));
     assert_eq!(
@@ -259,10 +253,7 @@ fn one_die_plan_and_default_causes() {
         "decode segments are capturable"
     );
     let prefill = r
-        .plan(Geometry {
-            n_tokens: 4,
-            all_logits: false,
-        })
+        .plan(Geometry::one(4, false))
         .unwrap();
     assert!(prefill.capture.iter().all(|c| !c.stable));
 }
@@ -274,10 +265,7 @@ fn env_cause_is_recorded() {
     })
     .unwrap();
     let r = runner(p);
-    let geom = Geometry {
-        n_tokens: 1,
-        all_logits: false,
-    };
+    let geom = Geometry::one(1, false);
     let (g, p) = (r.graph(geom).unwrap(), r.plan(geom).unwrap());
     assert_eq!(
         p.annotation(g.find("attn_norm-1").unwrap()),
@@ -298,10 +286,7 @@ fn overrides_make_more_segments_and_still_match() {
         .with_override("Qcur-*", 1);
     let r = runner(p);
     assert_eq!(run(&r), one);
-    let geom = Geometry {
-        n_tokens: 1,
-        all_logits: false,
-    };
+    let geom = Geometry::one(1, false);
     let (g, plan) = (r.graph(geom).unwrap(), r.plan(geom).unwrap());
     assert_eq!(
         plan.nodes[g.find("attn_output-1").unwrap().index()].cause,
@@ -338,10 +323,7 @@ fn memory_plan_reuses_and_is_valid_for_every_geometry() {
     let r = runner(two(2));
     for n_tokens in [1, 2, 7, 32] {
         for all_logits in [false, true] {
-            let geom = Geometry {
-                n_tokens,
-                all_logits,
-            };
+            let geom = Geometry::one(n_tokens, all_logits);
             let (g, p) = (r.graph(geom).unwrap(), r.plan(geom).unwrap());
             p.mem.validate().unwrap();
             for d in 0..2 {
@@ -367,10 +349,7 @@ fn overlapping_buffers_are_rejected() {
     let g = {
         let mut b = GraphBuilder::new();
         Toy.build(
-            Geometry {
-                n_tokens: 2,
-                all_logits: false,
-            },
+            Geometry::one(2, false),
             &mut b,
         )
         .unwrap();
@@ -380,10 +359,7 @@ fn overlapping_buffers_are_rejected() {
         &g,
         &two(2),
         L,
-        Geometry {
-            n_tokens: 2,
-            all_logits: false,
-        },
+        Geometry::one(2, false),
     )
     .unwrap();
     let mut bad: MemPlan = p.mem.clone();

@@ -20,5 +20,5 @@ pub mod testing;
 
 pub use dtype::GgmlType;
 pub use op::{BinaryOp, Op, OpError, RopeMode, UnaryOp};
-pub use state::{KvCache, KvType, LayerSnapshot, LayerState, Overflow, RecurrentState, SeqSpan};
+pub use state::{KvCache, KvType, LayerSnapshot, LayerState, Overflow, RecurrentState, SeqSpan, StateShape};
 pub use tensor::{DType, Shape, Tensor, TensorData, TensorMeta, Value, WeightView};

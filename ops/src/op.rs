@@ -3,6 +3,7 @@
 //!
 //! Shapes are ggml order (`ne0` innermost). `T` is the number of tokens in the batch.
 
+use crate::state::{LayerState, StateShape};
 use crate::tensor::{DType, Shape, TensorMeta};
 use thiserror::Error;
 
@@ -172,6 +173,28 @@ impl Op {
                 Some(*state)
             }
             _ => None,
+        }
+    }
+
+    /// The layer state this op reads and updates, inferred from its inputs (checked by
+    /// [`Op::infer`]) as its output is: what every sequence's layer state must be.
+    pub fn state_shape(&self, ins: &[TensorMeta]) -> Option<StateShape> {
+        let ne = |i: usize, d: usize| ins.get(i).map_or(0, |m| m.shape.0[d]);
+        match self {
+            Op::Attention { n_head_kv, head_dim, .. } => Some(StateShape::Kv { n_head_kv: *n_head_kv, head_dim: *head_dim }),
+            Op::Conv1dCausal { d_conv, .. } => Some(StateShape::Conv { d_conv: *d_conv, channels: ne(0, 0) }),
+            Op::DeltaRule { .. } => Some(StateShape::Delta { hv: ne(2, 1), dk: ne(0, 0), dv: ne(2, 0) }),
+            _ => None,
+        }
+    }
+
+    /// The state check of one call (an op-level entry point: no runner checked it):
+    /// a stateful op needs a layer state of [`Op::state_shape`].
+    pub fn check_state(&self, ins: &[TensorMeta], state: Option<&LayerState>) -> Result<(), OpError> {
+        match (self.state_shape(ins), state) {
+            (None, _) => Ok(()),
+            (Some(want), Some(st)) => want.check(self.kind(), st),
+            (Some(want), None) => Err(OpError::Invalid { op: self.kind(), msg: format!("needs a layer state: {want}") }),
         }
     }
 

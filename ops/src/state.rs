@@ -60,6 +60,78 @@ pub fn check_spans(op: &'static str, spans: &[SeqSpan], n_states: usize, t: usiz
     Ok(())
 }
 
+/// The layer state a stateful op reads and updates, inferred with the op's shapes
+/// ([`crate::Op::state_shape`]); [`StateShape::check`] is the one check of a layer state
+/// against it, for every backend (the runner per pass, the op-level entry points per call).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StateShape {
+    /// A KV cache (any format, capacity, shadows and mode).
+    Kv { n_head_kv: usize, head_dim: usize },
+    /// A conv window of `d_conv − 1` inputs over `channels`.
+    Conv { d_conv: usize, channels: usize },
+    /// Delta-rule matrices: `hv` V heads of `dk` × `dv`.
+    Delta { hv: usize, dk: usize, dv: usize },
+}
+
+impl std::fmt::Display for StateShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            StateShape::Kv { n_head_kv, head_dim } => write!(f, "a KV cache of {n_head_kv} heads × {head_dim} dims"),
+            StateShape::Conv { d_conv, channels } => write!(f, "a conv window of {} × {channels} channels", d_conv.saturating_sub(1)),
+            StateShape::Delta { hv, dk, dv } => write!(f, "a delta-rule state of {hv} V heads, Dk {dk}, Dv {dv}"),
+        }
+    }
+}
+
+impl StateShape {
+    /// Whether `st` is a state of this shape (a KV cache also with consistent buffers):
+    /// `OpError::Shape` with what was expected and what was found (`Invalid` for a state
+    /// of another kind).
+    pub fn check(&self, op: &'static str, st: &LayerState) -> Result<(), OpError> {
+        // None: a state of another kind
+        let ok = match (*self, st) {
+            (StateShape::Kv { n_head_kv, head_dim }, LayerState::Kv(kv)) => {
+                Some(kv.n_head_kv == n_head_kv && kv.head_dim == head_dim && kv.consistent())
+            }
+            (StateShape::Conv { d_conv, channels }, LayerState::Recurrent(r)) => {
+                Some(d_conv > 0 && r.conv_channels == channels && Some(r.conv.len()) == (d_conv - 1).checked_mul(channels))
+            }
+            (StateShape::Delta { hv, dk, dv }, LayerState::Recurrent(r)) => Some(
+                (r.n_v_heads, r.head_k_dim, r.head_v_dim) == (hv, dk, dv)
+                    && Some(r.ssm.len()) == hv.checked_mul(dv).and_then(|n| n.checked_mul(dk)),
+            ),
+            _ => None,
+        };
+        if ok == Some(true) {
+            return Ok(());
+        }
+        let found = match st {
+            LayerState::Kv(kv) => format!(
+                "a KV cache of {} heads × {} dims ({} cells, {}{})",
+                kv.n_head_kv,
+                kv.head_dim,
+                kv.capacity,
+                kv.ty,
+                if kv.consistent() { "" } else { ", buffers of other lengths" }
+            ),
+            LayerState::Recurrent(r) => format!(
+                "a recurrent state: conv window of {} values over {} channels, delta-rule state of {} V heads, Dk {}, Dv {} ({} values)",
+                r.conv.len(),
+                r.conv_channels,
+                r.n_v_heads,
+                r.head_k_dim,
+                r.head_v_dim,
+                r.ssm.len()
+            ),
+            LayerState::None => "no layer state".into(),
+        };
+        match ok {
+            Some(_) => Err(OpError::Shape { op, expected: self.to_string(), found }),
+            None => Err(OpError::Invalid { op, msg: format!("needs {self}, found {found}") }),
+        }
+    }
+}
+
 /// KV cache of one attention layer, layout `[n_head_kv][capacity][head_dim]` in the cell
 /// format `ty`. Cell `p` holds the key/value of position `p` (K after RoPE), or of
 /// `p % capacity` in [`Overflow::Ring`] mode.
@@ -176,8 +248,9 @@ impl KvCache {
             + (s.k_sink.len() + s.v_sink.len() + s.k_win.len() + s.v_win.len()) * 2
     }
 
-    /// Whether the cache fits an attention op of this geometry.
-    pub fn check(&self, op: &'static str, n_head_kv: usize, head_dim: usize) -> Result<(), OpError> {
+    /// Whether its buffers have the lengths its geometry and format give (what
+    /// [`StateShape::check`] asks of a KV cache besides heads and dims).
+    fn consistent(&self) -> bool {
         let cells = self.n_head_kv.checked_mul(self.capacity);
         let (f, e) = if self.ty == KvType::F32 {
             (cells.and_then(|c| c.checked_mul(self.head_dim)), Some(0))
@@ -186,9 +259,7 @@ impl KvCache {
         };
         let s = &self.shadow;
         let nd = self.n_head_kv * self.head_dim;
-        let ok = self.n_head_kv == n_head_kv
-            && self.head_dim == head_dim
-            && self.ty == self.ty.for_head_dim(head_dim)
+        self.ty == self.ty.for_head_dim(self.head_dim)
             && f == Some(self.k.len())
             && f == Some(self.v.len())
             && e == Some(self.kq.len())
@@ -198,19 +269,8 @@ impl KvCache {
             && s.slots == if s.window > 0 { s.window + kv::SEG } else { 0 }
             && s.k_win.len() == nd * s.slots
             && s.v_win.len() == nd * s.slots
-            && (self.rot_k == 0 || self.rot_k == self.ty.rot_k(head_dim))
-            && (self.rot_v == 0 || self.rot_v == self.ty.rot_v(head_dim));
-        if ok {
-            Ok(())
-        } else {
-            Err(OpError::Invalid {
-                op,
-                msg: format!(
-                    "KV cache [{} heads, {} dims, {} cells, {}] does not fit n_head_kv {n_head_kv}, head_dim {head_dim}",
-                    self.n_head_kv, self.head_dim, self.capacity, self.ty
-                ),
-            })
-        }
+            && (self.rot_k == 0 || self.rot_k == self.ty.rot_k(self.head_dim))
+            && (self.rot_v == 0 || self.rot_v == self.ty.rot_v(self.head_dim))
     }
 
     /// Positions must be ≥ 0, and < capacity unless in ring mode.

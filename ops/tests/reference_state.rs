@@ -468,3 +468,84 @@ fn delta_rule_bad_state_is_error() {
     assert!(run(&Op::DeltaRule { state: 0 }, &ins, Some(&mut kv)).is_err());
     assert!(run(&Op::DeltaRule { state: 0 }, &ins, None).is_err());
 }
+
+// ---------------------------------------------------------------- state shapes
+
+/// The one state check ([`Op::state_shape`] inferred from the inputs, then
+/// [`StateShape::check`]): each stateful op's expected state, and an error that says
+/// what was expected and what was found for a state of another shape or kind, a KV cache
+/// with buffers of other lengths, or none at all.
+#[test]
+fn state_shapes_are_inferred_and_checked_with_expected_and_found() {
+    let (h, hkv, d, t) = (4, 2, 8, 3);
+    let attn_call = attn;
+    let attn = Op::Attention { n_head: h, n_head_kv: hkv, head_dim: d, scale: 1.0, state: 0 };
+    let a_ins = [
+        TensorMeta::f32(Shape::d3(d, h, t)),
+        TensorMeta::f32(Shape::d3(d, hkv, t)),
+        TensorMeta::f32(Shape::d3(d, hkv, t)),
+        TensorMeta::i32(Shape::d1(t)),
+    ];
+    assert_eq!(attn.state_shape(&a_ins), Some(StateShape::Kv { n_head_kv: hkv, head_dim: d }));
+    let conv = Op::Conv1dCausal { d_conv: 4, state: 0 };
+    let c_ins = [TensorMeta::f32(Shape::d2(6, t)), TensorMeta { shape: Shape::d2(4, 6), dtype: DType::Weight(GgmlType::F32) }];
+    assert_eq!(conv.state_shape(&c_ins), Some(StateShape::Conv { d_conv: 4, channels: 6 }));
+    let delta = Op::DeltaRule { state: 0 };
+    let (dk, hk, dv, hv) = (4, 1, 5, 2);
+    let qk = TensorMeta::f32(Shape::d3(dk, hk, t));
+    let gb = TensorMeta::f32(Shape::d2(hv, t));
+    let d_ins = [qk, qk, TensorMeta::f32(Shape::d3(dv, hv, t)), gb, gb];
+    assert_eq!(delta.state_shape(&d_ins), Some(StateShape::Delta { hv, dk, dv }));
+    assert_eq!(Op::Softmax.state_shape(&a_ins[..1]), None);
+
+    // right shapes pass, in every KV format
+    for ty in [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+        let kv = LayerState::Kv(KvCache::with_type(hkv, 32, 8, ty));
+        attn_32(hkv).check_state(&a_ins_32(hkv), Some(&kv)).unwrap();
+    }
+    let rec = LayerState::Recurrent(RecurrentState::new(4, 6, hv, dk, dv));
+    conv.check_state(&c_ins, Some(&rec)).unwrap();
+    let rec_d = LayerState::Recurrent(RecurrentState::new(4, 6, hv, dk, dv));
+    delta.check_state(&d_ins, Some(&rec_d)).unwrap();
+
+    let msg = |r: Result<(), OpError>| match r {
+        Err(OpError::Shape { expected, found, .. }) => format!("expected {expected}, found {found}"),
+        other => panic!("expected a shape error, got {other:?}"),
+    };
+    let wrong_heads = LayerState::Kv(KvCache::new(1, d, 8));
+    assert_eq!(msg(attn.check_state(&a_ins, Some(&wrong_heads))), "expected a KV cache of 2 heads × 8 dims, found a KV cache of 1 heads × 8 dims (8 cells, f32)");
+    let mut short = KvCache::new(hkv, d, 8);
+    short.k.pop();
+    assert!(msg(attn.check_state(&a_ins, Some(&LayerState::Kv(short)))).ends_with("(8 cells, f32, buffers of other lengths)"));
+    let kind = attn.check_state(&a_ins, Some(&rec)).unwrap_err().to_string();
+    assert!(kind.starts_with("Attention: needs a KV cache of 2 heads × 8 dims, found a recurrent state"), "{kind}");
+    let none = attn.check_state(&a_ins, None).unwrap_err();
+    assert_eq!(none.to_string(), "Attention: needs a layer state: a KV cache of 2 heads × 8 dims");
+    let other_channels = LayerState::Recurrent(RecurrentState::new(4, 7, hv, dk, dv));
+    assert!(msg(conv.check_state(&c_ins, Some(&other_channels))).starts_with("expected a conv window of 3 × 6 channels, found a recurrent state: conv window of 21 values over 7 channels"));
+    let other_heads = LayerState::Recurrent(RecurrentState::new(4, 6, hv + 1, dk, dv));
+    assert!(msg(delta.check_state(&d_ins, Some(&other_heads))).contains("expected a delta-rule state of 2 V heads, Dk 4, Dv 5, found"));
+    let none = delta.check_state(&d_ins, Some(&LayerState::None)).unwrap_err().to_string();
+    assert!(none.ends_with("Dk 4, Dv 5, found no layer state"), "{none}");
+    // the reference kernel (an op-level entry point) gives the same error, state untouched
+    let mut st = wrong_heads.clone();
+    let (q, k) = (data(h * d * t, 1), data(hkv * d * t, 2));
+    match attn_call(h, hkv, d, &q, &k, &k, &[0, 1, 2], &mut st) {
+        Err(OpError::Shape { op: "Attention", expected, found }) => assert_eq!((expected.as_str(), &found[..18]), ("a KV cache of 2 heads × 8 dims", "a KV cache of 1 he")),
+        other => panic!("expected the state shape error, got {other:?}"),
+    }
+    assert_eq!(st, wrong_heads);
+}
+
+fn attn_32(hkv: usize) -> Op {
+    Op::Attention { n_head: 2 * hkv, n_head_kv: hkv, head_dim: 32, scale: 1.0, state: 0 }
+}
+
+fn a_ins_32(hkv: usize) -> [TensorMeta; 4] {
+    [
+        TensorMeta::f32(Shape::d3(32, 2 * hkv, 1)),
+        TensorMeta::f32(Shape::d3(32, hkv, 1)),
+        TensorMeta::f32(Shape::d3(32, hkv, 1)),
+        TensorMeta::i32(Shape::d1(1)),
+    ]
+}

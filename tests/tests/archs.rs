@@ -82,7 +82,7 @@ fn graph_dumps_show_each_architectures_rope() {
         let g = Gguf::open(&fixture(&format!("{name}.gguf"))).unwrap();
         let m = pn_models::load(&g).unwrap();
         let mut b = GraphBuilder::new();
-        m.build(Geometry { n_tokens: 3, all_logits: true }, &mut b).unwrap();
+        m.build(Geometry::one(3, true), &mut b).unwrap();
         let text = pn_engine::dump::text(&b.finish(), Some(0..1), None);
         let ropes: Vec<&str> = text.lines().filter(|l| l.contains("Rope{")).collect();
         assert_eq!(ropes.len(), 2, "{name}: {text}");

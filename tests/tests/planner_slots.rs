@@ -10,7 +10,7 @@ use pn_tests::*;
 fn slots_share_only_disjoint_lifetimes() {
     let r = runner("ktiny-q4_k_m.gguf", 1);
     for (n_tokens, all_logits) in [(1, false), (7, false), (64, true)] {
-        let geom = Geometry { n_tokens, all_logits };
+        let geom = Geometry::one(n_tokens, all_logits);
         let g = r.graph(geom).unwrap();
         let p = r.plan(geom).unwrap();
         let class = |i: usize| (g.node(p.mem.buffers[i].value).out.dtype == DType::I32) as usize;

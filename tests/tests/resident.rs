@@ -10,10 +10,10 @@
 use pn_engine::testing::{Fail, MockCounts, ResidentMock};
 use pn_engine::planner::debug::Counters;
 use pn_engine::{Geometry, RunError, Runner, SeqState};
-use pn_ops::Op;
+use pn_ops::{KvCache, LayerState, Op, OpError, RecurrentState};
 use pn_tests::resident::*;
 
-const DECODE: Geometry = Geometry { n_tokens: 1, all_logits: false };
+const DECODE: Geometry = Geometry::one(1, false);
 
 fn prompt(r: &Runner, seed: u32, n: usize) -> Vec<u32> {
     let v = r.model().n_vocab() as u32 - 1;
@@ -212,7 +212,7 @@ fn backend_errors_are_run_errors_naming_the_node_or_slot() {
     let (cpu, _) = single(name, false, 512);
     let (r, mock) = single(name, true, 512);
     let mock = mock.unwrap();
-    let g = r.graph(Geometry { n_tokens: 2, all_logits: false }).unwrap();
+    let g = r.graph(Geometry::one(2, false)).unwrap();
     let names_of = |f: &dyn Fn(&Op) -> bool| -> Vec<String> {
         g.order().filter(|&i| f(&g.node(i).op)).map(|i| g.node(i).name.clone()).collect()
     };
@@ -279,4 +279,44 @@ fn pn_debug_reports_the_copies_per_step() {
     let l1 = format!("host->device 2 (8 B), device->host 1 ({} B), die-to-die 0 (0 B), state up 0 down 0 (0 B)", 4 * n_vocab);
     assert!(steps[0].contains(&l0), "{}", steps[0]);
     assert!(steps[1].contains(&l1), "{}", steps[1]);
+}
+
+/// A layer state of another shape than its op's (inferred with the graph's shapes) is
+/// one clear error naming the node, what was expected and what was found, raised before
+/// any state moves or any position advances: a KV cache of other dims, a conv window of
+/// other channels, a delta-rule state of other heads, on the CPU and on the mock.
+#[test]
+fn a_misshaped_layer_state_is_one_clear_error() {
+    for mock in [false, true] {
+        let (r, m) = single("ktiny-q4_k_m.gguf", mock, 7);
+        let fresh = r.model().new_state(16);
+        let kv = fresh.iter().position(|s| matches!(s, LayerState::Kv(_))).expect("an attention layer");
+        let rec = fresh.iter().position(|s| matches!(s, LayerState::Recurrent(_))).expect("a DeltaNet layer");
+        let (LayerState::Kv(k), LayerState::Recurrent(c)) = (&fresh[kv], &fresh[rec]) else { unreachable!() };
+        let d_conv = c.conv.len() / c.conv_channels + 1;
+        let cases = [
+            (kv, LayerState::Kv(KvCache::new(k.n_head_kv, k.head_dim + 1, 16)), "Attention", format!("expected a KV cache of {} heads × {} dims, found a KV cache of {} heads × {} dims", k.n_head_kv, k.head_dim, k.n_head_kv, k.head_dim + 1)),
+            (rec, LayerState::Recurrent(RecurrentState::new(d_conv, c.conv_channels + 2, c.n_v_heads, c.head_k_dim, c.head_v_dim)), "Conv1dCausal", format!("expected a conv window of {} × {} channels", d_conv - 1, c.conv_channels)),
+            (rec, LayerState::Recurrent(RecurrentState { n_v_heads: c.n_v_heads * 2, ..c.clone() }), "DeltaRule", format!("expected a delta-rule state of {} V heads", c.n_v_heads)),
+        ];
+        for (layer, bad, op, want) in cases {
+            let mut layers = fresh.clone();
+            layers[layer] = bad;
+            let mut st = SeqState::new(layers, 16);
+            if let Some(m) = &m {
+                m.reset_counts();
+            }
+            let e = r.forward(&mut st, &[1, 2, 3], false).unwrap_err();
+            let msg = e.to_string();
+            assert!(matches!(&e, RunError::Op { source: OpError::Shape { op: o, .. }, .. } if *o == op), "mock {mock}: {msg}");
+            assert!(msg.contains(&want) && msg.contains(&format!("layer state {layer}")), "mock {mock}: {msg}");
+            assert_eq!(st.pos, 0);
+            if let Some(m) = &m {
+                assert_eq!((m.counts().state_uploads, m.counts().executes), (0, 0), "mock: moved or ran before the check");
+            }
+            // the same state, right shaped, runs
+            let mut ok = SeqState::new(fresh.clone(), 16);
+            r.forward(&mut ok, &[1, 2, 3], false).unwrap();
+        }
+    }
 }

@@ -6,7 +6,7 @@
 //! and the matmul kernels' batch invariance on its own.
 
 use pn_engine::sampler::argmax;
-use pn_engine::{Runner, SeqState, SlotHandle, Slots};
+use pn_engine::{Geometry, Runner, SeqState, SlotHandle, Slots};
 use pn_tests::*;
 
 /// Deterministic pseudo-random token ids below `vocab`.
@@ -277,6 +277,28 @@ fn kernels_are_batch_invariant() {
             }
         }
     }
+}
+
+/// A pass is compiled for its token count and its number of sequences (the shape of its
+/// sequence table), not for how the tokens split among them: 2 + 4 and 4 + 2 tokens share
+/// one geometry, a decode step of 3 slots is {3 tokens, 3 sequences}.
+#[test]
+fn geometry_is_keyed_by_the_sequence_table_shape() {
+    let r = runner("ktiny-q4_k_m.gguf", 1);
+    let v = r.model().n_vocab();
+    let before = r.geometries();
+    for lens in [&[2, 4][..], &[4, 2], &[1, 1, 1], &[6]] {
+        let toks: Vec<Vec<u32>> = lens.iter().enumerate().map(|(i, &n)| tokens(i as u64, n, v)).collect();
+        let mut sts: Vec<SeqState> = lens.iter().map(|_| r.new_state(32)).collect();
+        let mut pass: Vec<(&mut SeqState, &[u32])> = sts.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+        assert_eq!(r.forward_multi(&mut pass).unwrap().rows(), 6.min(lens.iter().sum()));
+    }
+    let mut want = vec![Geometry::of(&[1, 1, 1], true), Geometry::one(6, true), Geometry::of(&[2, 4], true), Geometry::one(r.ubatch, true)];
+    want.sort();
+    let new: Vec<Geometry> = r.geometries().into_iter().filter(|g| !before.contains(g)).collect();
+    assert_eq!(new, want);
+    assert_eq!(Geometry::of(&[4, 2], true), Geometry { n_tokens: 6, seqs: 2, all_logits: true });
+    assert!(Geometry::of(&[1, 1, 1], true).is_decode() && !Geometry::of(&[1, 2], true).is_decode());
 }
 
 #[test]

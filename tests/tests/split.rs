@@ -61,10 +61,7 @@ fn parity(name: &str, oracle_json: &str) {
             "{name}: split at layer {split} differs from one die"
         );
         let p = r
-            .plan(Geometry {
-                n_tokens: 1,
-                all_logits: false,
-            })
+            .plan(Geometry::one(1, false))
             .unwrap();
         assert_eq!(
             p.dies.len(),
@@ -111,18 +108,9 @@ fn every_fixture_plan_is_valid() {
         let Ok(m) = pn_models::load(&g) else { continue };
         let n_layer = m.n_layer();
         for geom in [
-            Geometry {
-                n_tokens: 1,
-                all_logits: false,
-            },
-            Geometry {
-                n_tokens: 7,
-                all_logits: false,
-            },
-            Geometry {
-                n_tokens: 7,
-                all_logits: true,
-            },
+            Geometry::one(1, false),
+            Geometry::one(7, false),
+            Geometry::one(7, true),
         ] {
             let mut b = GraphBuilder::new();
             m.build(geom, &mut b).unwrap();
@@ -180,17 +168,11 @@ fn cli_style_resolution_feeds_the_runner() {
     let r = split_runner("tiny-f16.gguf", p);
     let n_layer = r.model().n_layer();
     let plan = r
-        .plan(Geometry {
-            n_tokens: 1,
-            all_logits: false,
-        })
+        .plan(Geometry::one(1, false))
         .unwrap();
     assert_eq!(plan.split_layer, n_layer / 2);
     let g = r
-        .graph(Geometry {
-            n_tokens: 1,
-            all_logits: false,
-        })
+        .graph(Geometry::one(1, false))
         .unwrap();
     assert!(plan
         .annotation(g.find("result_output").unwrap())

@@ -298,7 +298,7 @@ pub fn attention_into(
     let (at, pos) = Attn::from_ins(ins, n_head, n_head_kv, d, scale)?;
     let t = out.shape.0[1];
     let pos = token_positions(OP, pos, t)?;
-    let kv = kv_cache(OP, state, n_head_kv, d)?;
+    let kv = kv_cache(OP, state)?;
     kv.check_positions(OP, pos)?;
     crate::norm::len_check(OP, d * n_head * t, y.len())?;
     y.fill(0.0);
@@ -382,7 +382,7 @@ pub fn attention_seqs(
     let mut shared: Vec<Option<&KvCache>> = Vec::with_capacity(spans.len());
     let (mut max_kv, mut cost, mut n_shared) = (0, 2, 0);
     for (sp, st) in spans.iter().zip(states.iter_mut()) {
-        let kv = kv_cache(OP, Some(&mut **st), n_head_kv, d)?;
+        let kv = kv_cache(OP, Some(&mut **st))?;
         let p = &pos[sp.range()];
         kv.check_positions(OP, p)?;
         let sub = at.tokens(sp.range());

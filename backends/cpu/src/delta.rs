@@ -3,7 +3,7 @@
 //! vectorized recurrence for short batches — see `delta_chunk`).
 
 use crate::par;
-use pn_ops::reference::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
+use pn_ops::reference::common::{act_f32, out_f32, recurrent_state, weight, weight_f32};
 use pn_ops::state::history;
 use pn_ops::{LayerState, OpError, RecurrentState, SeqSpan, Tensor, TensorMeta, Value};
 use crate::delta_chunk::{self, HeadIn, Scratch};
@@ -36,7 +36,7 @@ pub fn conv1d_causal_into(
 ) -> Result<(), OpError> {
     const OP: &str = "Conv1dCausal";
     let (x, wv, c, _) = conv_inputs(ins, out, y)?;
-    let st = conv_state(OP, state, d_conv, c)?;
+    let st = recurrent_state(OP, state)?;
     conv_seq(x, &wv, st, d_conv, c, y)
 }
 
@@ -73,7 +73,7 @@ pub fn conv1d_causal_seqs(
     pn_ops::state::check_spans(OP, spans, states.len(), t)?;
     let mut sts = Vec::with_capacity(spans.len());
     for st in states.iter_mut() {
-        sts.push(conv_state(OP, Some(&mut **st), d_conv, c)?);
+        sts.push(recurrent_state(OP, Some(&mut **st))?);
     }
     // sequences in parallel when there is enough work (each one's loops stay serial
     // inside; a long one splits its own rows as alone)
@@ -249,9 +249,9 @@ impl<'a> Delta<'a> {
             ..*self
         }
     }
-    /// The layer state, checked against this call's heads and dims.
+    /// The layer state (its shape checked once, [`pn_ops::StateShape::check`]).
     fn state<'s>(&self, state: Option<&'s mut LayerState>) -> Result<&'s mut RecurrentState, OpError> {
-        ssm_state("DeltaRule", state, (self.hv, self.dk, self.dv))
+        recurrent_state("DeltaRule", state)
     }
 }
 

@@ -20,7 +20,7 @@ mod rope;
 mod scratch;
 
 use pn_engine::{f32_out, i32_out, store_into, HostKernels, HostMem};
-use pn_ops::reference::common::validate;
+use pn_ops::reference::common::{validate, validate_state};
 use pn_ops::{LayerState, Op, OpError, SeqSpan, Tensor, TensorMeta, Value};
 
 /// The CPU backend: owns its own rayon thread pool (two instances are two independent
@@ -66,6 +66,7 @@ impl CpuBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         validate(op, ins, out)?;
+        validate_state(op, ins, state.as_deref())?;
         if runs_inline(op, ins, out) {
             // Small ops run on the caller's thread: handing them to the pool costs more
             // (a wake-up and a blocking wait per op) than the op itself. Their loops go

@@ -60,10 +60,6 @@ pub struct KvBufs {
 pub struct RecBufs {
     pub conv: Buf,
     pub ssm: Buf,
-    pub conv_channels: usize,
-    pub n_v_heads: usize,
-    pub head_k_dim: usize,
-    pub head_v_dim: usize,
 }
 
 /// A KV cache's geometry without its data.
@@ -336,14 +332,7 @@ impl DevRec {
         d.dtoh(&mut r.ssm, ptr_of(&self.ssm))
     }
     pub fn bufs(&self) -> RecBufs {
-        RecBufs {
-            conv: ptr_of(&self.conv),
-            ssm: ptr_of(&self.ssm),
-            conv_channels: self.conv_channels,
-            n_v_heads: self.n_v_heads,
-            head_k_dim: self.head_k_dim,
-            head_v_dim: self.head_v_dim,
-        }
+        RecBufs { conv: ptr_of(&self.conv), ssm: ptr_of(&self.ssm) }
     }
 }
 

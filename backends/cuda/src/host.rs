@@ -9,10 +9,11 @@ use crate::dispatch::{run, to_op_error};
 use crate::exec::Cx;
 use crate::opnd::{value_bytes, Opnd};
 use crate::ops_attn::cells_read;
-use pn_ops::reference::common::{conv_state, recurrent_state, token_positions};
+use pn_ops::reference::common::{recurrent_state, token_positions};
 use pn_ops::{DType, LayerState, Op, OpError, Tensor, TensorData, TensorMeta, Value};
 
-/// One op with host tensors in and out (`validate`d by the caller).
+/// One op with host tensors in and out (`validate`d, its state `validate_state`d by the
+/// caller).
 pub fn execute(
     d: &Device,
     op: &Op,
@@ -47,12 +48,8 @@ pub fn execute(
     let bytes = value_bytes(out).map_err(|msg| OpError::Invalid { op: k, msg })?;
     let y = cx.tmp(bytes).map_err(ce)?;
     match op {
-        Op::Attention {
-            n_head_kv,
-            head_dim,
-            ..
-        } => {
-            let kv = pn_ops::reference::attention::kv_cache(k, state, *n_head_kv, *head_dim)?;
+        Op::Attention { .. } => {
+            let kv = pn_ops::reference::attention::kv_cache(k, state)?;
             let t = out.shape.0[1];
             let pos = opnds[3].host().ok_or_else(|| OpError::Invalid {
                 op: k,
@@ -68,8 +65,8 @@ pub fn execute(
                 dk.write_back(d, kv, pos).map_err(ce)?;
             }
         }
-        Op::Conv1dCausal { d_conv, .. } => {
-            let st = conv_state(k, state, *d_conv, out.shape.0[0])?;
+        Op::Conv1dCausal { .. } => {
+            let st = recurrent_state(k, state)?;
             let mut ds = DevState::Rec(DevRec::host_temp(d, st, true).map_err(ce)?);
             run(&mut cx, op, &opnds, y, out, Some(&mut ds))?;
             if let DevState::Rec(r) = &ds {
@@ -78,17 +75,6 @@ pub fn execute(
         }
         Op::DeltaRule { .. } => {
             let st = recurrent_state(k, state)?;
-            let [dv, hv, _, _] = out.shape.0;
-            let dk = opnds[0].meta().shape.0[0];
-            if st.ssm.len() != hv * dv * dk {
-                return Err(OpError::Invalid {
-                    op: k,
-                    msg: format!(
-                        "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
-                        st.n_v_heads, st.head_k_dim, st.head_v_dim
-                    ),
-                });
-            }
             let mut ds = DevState::Rec(DevRec::host_temp(d, st, false).map_err(ce)?);
             run(&mut cx, op, &opnds, y, out, Some(&mut ds))?;
             if let DevState::Rec(r) = &ds {

@@ -56,7 +56,7 @@ pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;
 use pn_engine::{Backend, Executable, Memory, Node, SegmentCode, SlotId, SlotSpec, StateOp, StateReply, Support};
-use pn_ops::reference::common::validate;
+use pn_ops::reference::common::{validate, validate_state};
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
@@ -192,6 +192,7 @@ impl CudaBackend {
         state: Option<&mut LayerState>,
     ) -> Result<Tensor, OpError> {
         validate(op, ins, out)?;
+        validate_state(op, ins, state.as_deref())?;
         if let Some(key) = self.capturing() {
             return Err(OpError::Invalid {
                 op: op.kind(),

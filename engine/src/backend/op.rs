@@ -16,7 +16,8 @@ pub fn new_arena() -> u64 {
 /// uploaded into fresh slots, the segment compiled and run, the result of `meta`
 /// downloaded; `state` (a stateful op) computed in place on the host copy (host memory)
 /// or uploaded, updated there and downloaded back (a device). The arena and the device
-/// copy of the state are released afterwards, also on failure.
+/// copy of the state are released afterwards, also on failure. The state is checked
+/// first ([`Op::check_state`]), as the runner checks a pass's.
 pub fn execute_op(
     b: &Arc<dyn Backend>,
     op: &Op,
@@ -24,6 +25,8 @@ pub fn execute_op(
     meta: &TensorMeta,
     state: Option<&mut LayerState>,
 ) -> Result<Tensor, OpError> {
+    let metas: SmallVec<[TensorMeta; 6]> = ins.iter().map(pn_ops::reference::common::meta_of).collect();
+    op.check_state(&metas, state.as_deref())?;
     let arena = new_arena();
     let slot = |i: usize| SlotId { arena, class: 0, slot: i as u32 };
     let res = run_in(b, arena, &slot, op, ins, meta, state);
@@ -66,7 +69,7 @@ fn run_in(
         }
     }
     let code = OpCode { op: op.clone(), inputs, meta: *meta, out, state: state.as_ref().map(|_| 0) };
-    let seg = SegmentCode { arena, segment: 0, n_tokens: 0, all_logits: false, stable: false, ops: vec![code] };
+    let seg = SegmentCode { arena, segment: 0, n_tokens: 0, seqs: 1, all_logits: false, stable: false, ops: vec![code] };
     let exe = b.clone().compile(seg)?;
     let key = StateKey { seq: arena, layer: 0 };
     let device = b.memory() == Memory::Device;

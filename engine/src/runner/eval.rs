@@ -10,7 +10,7 @@ use crate::model::Geometry;
 use crate::planner::debug::Moves;
 use crate::planner::program::{InputKind, SegProgram};
 use crate::state::SeqState;
-use pn_ops::{DType, LayerState, SeqSpan, Shape, Tensor, TensorData, WeightView};
+use pn_ops::{DType, LayerState, OpError, SeqSpan, Shape, Tensor, TensorData, WeightView};
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -24,10 +24,7 @@ impl Runner {
         let worst = if self.reserved.load(Ordering::Relaxed) {
             None
         } else {
-            Some(self.compiled(Geometry {
-                n_tokens: self.ubatch.max(1),
-                all_logits: true,
-            })?)
+            Some(self.compiled(Geometry::one(self.ubatch.max(1), true))?)
         };
         let mut grow = Vec::new();
         let first = worst.is_some();
@@ -61,11 +58,10 @@ impl Runner {
         all_logits: bool,
         observer: &mut Option<Observer<'_>>,
     ) -> Result<Tensor, RunError> {
-        let c: std::sync::Arc<Compiled> = self.compiled(Geometry {
-            n_tokens: tokens.len(),
-            all_logits,
-        })?;
+        debug_assert_eq!(lens.iter().sum::<usize>(), tokens.len());
+        let c: std::sync::Arc<Compiled> = self.compiled(Geometry::of(lens, all_logits))?;
         let (graph, plan, prog) = (&*c.graph, &*c.plan, &c.prog);
+        check_states(&c, seqs)?;
         let mut guard = self.arena.lock().expect("arena lock");
         let arena: &mut Arena = &mut guard;
         self.reserve_for(&c, arena)?;
@@ -222,6 +218,25 @@ impl Runner {
             source,
         })
     }
+}
+
+/// The pass's one state check: every sequence's layer state against the shape its graph
+/// inferred for each stateful node ([`crate::graph::Node::state`]), before any state
+/// moves (on the host copies, whose shapes hold while a device owns the contents).
+fn check_states(c: &Compiled, seqs: &mut [&mut SeqState]) -> Result<(), RunError> {
+    for &id in &c.stateful {
+        let node = c.graph.node(id);
+        let (Some(l), Some(want)) = (node.op.state(), node.state) else { continue };
+        for (i, st) in seqs.iter_mut().enumerate() {
+            let layers = st.host_layers();
+            let res = match layers.get(l) {
+                Some(ls) => want.check(node.op.kind(), ls),
+                None => Err(OpError::Shape { op: node.op.kind(), expected: format!("layer state {l}: {want}"), found: format!("{} layer states", layers.len()) }),
+            };
+            res.map_err(|source| RunError::Op { node: format!("{} (sequence {i} of the pass, layer state {l})", node.name), source })?;
+        }
+    }
+    Ok(())
 }
 
 /// Token ids, or each sequence's positions `pos..pos+n` (`seqs[i]` owns `lens[i]`

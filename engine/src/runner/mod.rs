@@ -105,9 +105,10 @@ pub struct Die {
 }
 
 /// A plan ready to run: graph, plan, op list (bound to buffer slots), one executable per
-/// segment (compiled by its die's backend), capture flags.
+/// segment (compiled by its die's backend), capture flags, the stateful nodes.
 struct Compiled {
     graph: Arc<Graph>,
+    stateful: Vec<crate::graph::NodeId>,
     plan: Arc<Plan>,
     prog: Program,
     exes: Vec<Box<dyn Executable>>,
@@ -137,67 +138,29 @@ pub struct Runner {
 }
 
 fn weight_shape(info: &TensorInfo) -> Shape {
-    Shape([
-        info.ne[0] as usize,
-        info.ne[1] as usize,
-        info.ne[2] as usize,
-        info.ne[3] as usize,
-    ])
+    Shape(info.ne.map(|n| n as usize))
 }
 
 impl Runner {
     /// Binds a model to its weights and one backend (one die, `cpu:0`), and plans the
     /// decode graph once so missing or mis-shaped tensors are reported at load time.
-    pub fn new(
-        model: Arc<dyn Model>,
-        gguf: Arc<Gguf>,
-        backend: Arc<dyn Backend>,
-    ) -> Result<Runner, RunError> {
+    pub fn new(model: Arc<dyn Model>, gguf: Arc<Gguf>, backend: Arc<dyn Backend>) -> Result<Runner, RunError> {
         let dev = Device::cpu(0);
-        Runner::with_dies(
-            model,
-            gguf,
-            vec![Die {
-                device: dev,
-                backend,
-            }],
-            Placement::single(dev),
-        )
+        Runner::with_dies(model, gguf, vec![Die { device: dev, backend }], Placement::single(dev))
     }
 
     /// A runner over the dies of `placement` (`dies[0]` = die A, `dies[1]` = die B).
-    pub fn with_dies(
-        model: Arc<dyn Model>,
-        gguf: Arc<Gguf>,
-        dies: Vec<Die>,
-        placement: Placement,
-    ) -> Result<Runner, RunError> {
+    pub fn with_dies(model: Arc<dyn Model>, gguf: Arc<Gguf>, dies: Vec<Die>, placement: Placement) -> Result<Runner, RunError> {
         placement.check()?;
         let want = placement.named_dies();
         let have: Vec<Device> = dies.iter().map(|d| d.device).collect();
         if want != have {
-            let names = |v: &[Device]| {
-                v.iter()
-                    .map(Device::to_string)
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            return Err(RunError::Dies {
-                expected: names(&want),
-                found: names(&have),
-            });
+            let names = |v: &[Device]| v.iter().map(Device::to_string).collect::<Vec<_>>().join(",");
+            return Err(RunError::Dies { expected: names(&want), found: names(&have) });
         }
-        let tensor_ix = gguf
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let tensor_ix = gguf.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         let memory = dies.iter().map(|d| d.backend.memory()).collect();
-        let arena_ids = dies
-            .iter()
-            .map(|_| crate::backend::new_arena())
-            .collect();
+        let arena_ids = dies.iter().map(|_| crate::backend::new_arena()).collect();
         let r = Runner {
             model,
             gguf,
@@ -215,10 +178,7 @@ impl Runner {
             memory,
             arena_ids,
         };
-        r.compiled(Geometry {
-            n_tokens: 1,
-            all_logits: false,
-        })?;
+        r.compiled(Geometry::one(1, false))?;
         Ok(r)
     }
 
@@ -277,6 +237,14 @@ impl Runner {
         Ok(g)
     }
 
+    /// The geometries compiled so far (graph, plan and executables are cached per
+    /// geometry), in order.
+    pub fn geometries(&self) -> Vec<Geometry> {
+        let mut v: Vec<Geometry> = self.compiled.lock().expect("plan cache lock").keys().copied().collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The plan for a geometry (what `pn dump --plan` shows).
     pub fn plan(&self, geom: Geometry) -> Result<Arc<Plan>, RunError> {
         Ok(self.compiled(geom)?.plan.clone())
@@ -288,11 +256,7 @@ impl Runner {
     /// between steps. (The plan's offset arena, `Plan::mem.arena`, is the lower bound a
     /// single block would need.)
     pub fn memory_reservation(&self) -> Result<Vec<(Device, usize)>, RunError> {
-        let geom = Geometry {
-            n_tokens: self.ubatch.max(1),
-            all_logits: true,
-        };
-        let worst = self.compiled(geom)?;
+        let worst = self.compiled(Geometry::one(self.ubatch.max(1), true))?;
         // per die and class: the largest size of each slot over the compiled programs
         let mut sizes: Vec<Vec<Vec<usize>>> = Vec::new();
         let compiled: Vec<Arc<Compiled>> = self
@@ -380,12 +344,8 @@ impl Runner {
             }
         }
         if self.debug >= 1 {
-            eprint!(
-                "[pn] plan for {} tokens (all logits: {}):\n{}",
-                geom.n_tokens,
-                geom.all_logits,
-                plan.summary(&graph)
-            );
+            let (n, k, all) = (geom.n_tokens, geom.seqs, geom.all_logits);
+            eprint!("[pn] plan for {n} tokens of {k} sequences (all logits: {all}):\n{}", plan.summary(&graph));
             for (d, classes) in prog.slot_bytes.iter().enumerate() {
                 let all: Vec<usize> = classes.iter().flatten().copied().collect();
                 eprintln!(
@@ -398,6 +358,7 @@ impl Runner {
         let exes = self.compile_segments(&graph, &plan, &prog, geom)?;
         let c = Arc::new(Compiled {
             exes,
+            stateful: graph.order().filter(|&id| graph.node(id).state.is_some()).collect(),
             captured: plan
                 .segments
                 .iter()
@@ -441,6 +402,7 @@ impl Runner {
                 arena: self.arena_ids[sp.die],
                 segment: si,
                 n_tokens: geom.n_tokens,
+                seqs: geom.seqs,
                 all_logits: geom.all_logits,
                 stable: plan.capture[si].stable,
                 ops,

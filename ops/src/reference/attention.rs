@@ -4,13 +4,10 @@
 use super::common::{act_f32, act_i32, out_f32, token_positions};
 use crate::{KvCache, LayerState, OpError, Tensor, TensorMeta, Value};
 
-/// The KV cache of an attention call, checked against the op's geometry.
-pub fn kv_cache<'s>(op: &'static str, state: Option<&'s mut LayerState>, n_head_kv: usize, d: usize) -> Result<&'s mut KvCache, OpError> {
+/// The KV cache of an attention call (its shape checked by [`crate::StateShape::check`]).
+pub fn kv_cache<'s>(op: &'static str, state: Option<&'s mut LayerState>) -> Result<&'s mut KvCache, OpError> {
     match state {
-        Some(LayerState::Kv(kv)) => {
-            kv.check(op, n_head_kv, d)?;
-            Ok(kv)
-        }
+        Some(LayerState::Kv(kv)) => Ok(kv),
         _ => Err(OpError::Invalid { op, msg: "needs a KV-cache layer state".into() }),
     }
 }
@@ -39,7 +36,7 @@ pub fn attention(
     let pos = act_i32(OP, &ins[3])?;
     let t = out.shape.0[1];
     let pos = token_positions(OP, pos, t)?;
-    let kv = kv_cache(OP, state, n_head_kv, d)?;
+    let kv = kv_cache(OP, state)?;
     kv.check_positions(OP, pos)?;
 
     let group = n_head / n_head_kv;

@@ -2,7 +2,8 @@
 //! to inputs, state access, and the scalar functions of spec §5.
 //!
 //! Backends call [`validate`] first so that a kernel never panics on a malformed call
-//! (wrong arity or dtype, inconsistent tensor lengths, short weight bytes).
+//! (wrong arity or dtype, inconsistent tensor lengths, short weight bytes); op-level
+//! entry points also [`validate_state`].
 
 use crate::quant::{self, QuantError};
 use crate::{
@@ -93,6 +94,17 @@ pub fn validate(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> Result<(), OpEr
         });
     }
     Ok(())
+}
+
+/// The state check of an op-level call ([`crate::Op::check_state`] on the inputs'
+/// metas): what the single-op entry points run besides [`validate`]; a pass's states
+/// were checked once by the runner.
+pub fn validate_state(op: &Op, ins: &[Value<'_>], state: Option<&LayerState>) -> Result<(), OpError> {
+    if op.state().is_none() {
+        return Ok(());
+    }
+    let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
+    op.check_state(&metas, state)
 }
 
 /// Map a quant error to an op error.
@@ -227,7 +239,7 @@ pub fn act_format(op: &'static str, w: GgmlType, k: usize) -> Result<(GgmlType, 
     Ok((at, rb))
 }
 
-/// The layer's recurrent state.
+/// The layer's recurrent state (its shapes checked by [`crate::StateShape::check`]).
 pub fn recurrent_state<'s>(
     op: &'static str,
     state: Option<&'s mut LayerState>,
@@ -241,26 +253,6 @@ pub fn recurrent_state<'s>(
     }
 }
 
-/// The layer's recurrent state, with its delta-rule state checked against `hv` V heads
-/// of `dk` × `dv` (the one check of that shape, for every backend).
-pub fn ssm_state<'s>(
-    op: &'static str,
-    state: Option<&'s mut LayerState>,
-    (hv, dk, dv): (usize, usize, usize),
-) -> Result<&'s mut RecurrentState, OpError> {
-    let st = recurrent_state(op, state)?;
-    if st.n_v_heads != hv || st.head_k_dim != dk || st.head_v_dim != dv || st.ssm.len() != hv * dv * dk {
-        return Err(OpError::Invalid {
-            op,
-            msg: format!(
-                "ssm state [{} heads, Dk {}, Dv {}] does not fit Hv {hv}, Dk {dk}, Dv {dv}",
-                st.n_v_heads, st.head_k_dim, st.head_v_dim
-            ),
-        });
-    }
-    Ok(st)
-}
-
 /// The first `t` positions of a stateful op's position input (it must have at least `t`).
 pub fn token_positions<'a>(op: &'static str, pos: &'a [i32], t: usize) -> Result<&'a [i32], OpError> {
     if pos.len() < t {
@@ -270,29 +262,6 @@ pub fn token_positions<'a>(op: &'static str, pos: &'a [i32], t: usize) -> Result
         });
     }
     Ok(&pos[..t])
-}
-
-/// The layer's recurrent state, with its conv window checked against `d_conv` taps over
-/// `channels` channels.
-pub fn conv_state<'s>(
-    op: &'static str,
-    state: Option<&'s mut LayerState>,
-    d_conv: usize,
-    channels: usize,
-) -> Result<&'s mut RecurrentState, OpError> {
-    let st = recurrent_state(op, state)?;
-    let ns = d_conv.saturating_sub(1);
-    if d_conv == 0 || st.conv_channels != channels || st.conv.len() != ns * channels {
-        return Err(OpError::Invalid {
-            op,
-            msg: format!(
-                "conv state of {} channels × {} does not fit d_conv {d_conv}, {channels} channels",
-                st.conv_channels,
-                st.conv.len()
-            ),
-        });
-    }
-    Ok(st)
 }
 
 /// The clamp of the MoE weight normalisation: the smallest normal f16, 2^-14.

@@ -1,7 +1,7 @@
 //! Gated-DeltaNet state ops: causal depthwise conv (spec §4.4.2) and the gated delta
 //! rule recurrence (§4.4.4), both sequential over tokens.
 
-use super::common::{act_f32, conv_state, out_f32, ssm_state, weight, weight_f32};
+use super::common::{act_f32, out_f32, recurrent_state, weight, weight_f32};
 use crate::state::history;
 use crate::{LayerState, OpError, Tensor, TensorMeta, Value};
 
@@ -18,7 +18,7 @@ pub fn conv1d_causal(
     let w = weight_f32(OP, &weight(OP, &ins[1])?)?;
     let c = out.shape.0[0];
     let t = out.shape.rows();
-    let st = conv_state(OP, state, d_conv, c)?;
+    let st = recurrent_state(OP, state)?;
     let ns = d_conv - 1;
     // window[r][c], r in 0..ns+t
     let mut win = Vec::with_capacity((ns + t) * c);
@@ -58,7 +58,7 @@ pub fn delta_rule(
     let beta = act_f32(OP, &ins[4])?;
     let [dk, hk, _, _] = ins[0].act().shape.0;
     let [dv, hv, t, _] = out.shape.0;
-    let st = ssm_state(OP, state, (hv, dk, dv))?;
+    let st = recurrent_state(OP, state)?;
     let scale = 1.0f32 / (dk as f32).sqrt();
     let mut y = vec![0.0f32; dv * hv * t];
     let mut kv = vec![0.0f32; dv];

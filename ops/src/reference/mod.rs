@@ -29,6 +29,7 @@ pub fn execute(
     state: Option<&mut LayerState>,
 ) -> Result<Tensor, OpError> {
     common::validate(op, ins, out)?;
+    common::validate_state(op, ins, state.as_deref())?;
     match op {
         Op::Tokens | Op::Positions | Op::Weight { .. } => Err(OpError::Invalid {
             op: op.kind(),
