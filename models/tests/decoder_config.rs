@@ -55,7 +55,7 @@ fn required_tensors_are_named() {
     let l = fixture("llama-tiny-f32.gguf");
     let m = pn_models::load(&edited(&l, &[("llama.rope.dimension_count", Some(MetaValue::U32(32)))], &|_| false)).unwrap();
     let mut b = pn_engine::graph::GraphBuilder::new();
-    let e = m.build(pn_engine::Geometry { n_tokens: 1, all_logits: false }, &mut b).unwrap_err().to_string();
+    let e = m.build(pn_engine::Geometry::one(1, false), &mut b).unwrap_err().to_string();
     assert!(e.contains("rope_freqs.weight") && e.contains("[16"), "{e}");
 }
 

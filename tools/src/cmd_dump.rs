@@ -61,7 +61,7 @@ pub fn run(a: DumpArgs) -> Result<()> {
     let out = a.out.as_deref().map(|p| crate::output::OutFile::create(p, "--out")).transpose()?;
     let l = load::load(&a.opts)?;
     let layers = a.layers.as_deref().map(|s| parse_layers(s, l.runner.model().n_layer())).transpose()?;
-    let geom = Geometry { n_tokens: a.tokens, all_logits: false };
+    let geom = Geometry::one(a.tokens, false);
     let g = l.runner.graph(geom)?;
     let plan = if a.plan { Some(l.runner.plan(geom)?) } else { None };
     let annotate = |n: &pn_engine::Node| plan.as_ref().and_then(|p| g.find(&n.name).map(|id| p.annotation(id)));

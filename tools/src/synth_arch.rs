@@ -317,7 +317,7 @@ mod tests {
             let t = pn_engine::tokenizer::Tokenizer::from_gguf(&g).unwrap();
             assert_eq!(t.n_vocab(), m.n_vocab(), "{arch}");
             let mut b = pn_engine::graph::GraphBuilder::new();
-            m.build(pn_engine::Geometry { n_tokens: 2, all_logits: true }, &mut b).unwrap();
+            m.build(pn_engine::Geometry::one(2, true), &mut b).unwrap();
             std::fs::remove_file(&out).unwrap();
         }
     }

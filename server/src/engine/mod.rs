@@ -218,7 +218,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
 fn warm_geometries(runner: &Runner) -> anyhow::Result<()> {
     for n_tokens in 1..=runner.ubatch.max(1) {
         for all_logits in [false, true] {
-            runner.plan(pn_engine::Geometry { n_tokens, all_logits })?;
+            runner.plan(pn_engine::Geometry::one(n_tokens, all_logits))?;
         }
     }
     Ok(())
