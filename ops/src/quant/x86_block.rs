@@ -4,7 +4,7 @@
 //! (`x86_tile`, AVX-512 VNNI or AVX2 build), and loops over rows and token tiles.
 
 use super::x86::{has_avx2, has_tile, has_vnni};
-use super::{x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
+use super::{x86_fused16, x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
 use crate::GgmlType;
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
@@ -60,6 +60,40 @@ pub fn vec_dot_block(
                         &mut out[g * ostride..],
                         ostride,
                         &mut sc,
+                    )
+                }
+            }
+        });
+        return true;
+    }
+    let f_kind = match w_ty {
+        GgmlType::Q4K => Some(x86_pack16::Q4K),
+        GgmlType::Q5K => Some(x86_pack16::Q5K),
+        GgmlType::Q6K => Some(x86_pack16::Q6K),
+        _ => None,
+    };
+    if let (true, Some(kind)) = (has_vnni() && (FUSED16_MIN_TOKENS..=x86_fused16::MAX_FUSED).contains(&m), f_kind) {
+        SCALES16.with(|pk| {
+            let mut pk = pk.borrow_mut();
+            let wrb = w_ty.row_bytes(n).unwrap_or(0);
+            for g in (0..rows).step_by(16) {
+                let next = next_group(w, g, 16, rows, wstride, wrb);
+                // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
+                // bounds (checked by the caller), and out rows g..g+nr too.
+                unsafe {
+                    x86_fused16::group16_fused(
+                        kind,
+                        n / 256,
+                        (rows - g).min(16),
+                        w.as_ptr().add(g * wstride),
+                        wstride,
+                        a.as_ptr(),
+                        astride,
+                        m,
+                        &mut out[g * ostride..],
+                        ostride,
+                        &mut pk,
+                        next,
                     )
                 }
             }
@@ -176,7 +210,14 @@ const PACK_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS_Q6K: usize = 8;
 
+/// Tokens from which Q4_K / Q5_K / Q6_K rows run through the fused 16-row kernels
+/// (`x86_fused16`, AVX-512 VNNI) up to `x86_fused16::MAX_FUSED`; below, the per-row tile
+/// kernels; above, `x86_pack16`.
+const FUSED16_MIN_TOKENS: usize = 2;
+
 thread_local! {
+    // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
+    static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
