@@ -67,12 +67,12 @@ pub fn vec_dot_block(
         return true;
     }
     let f_kind = match w_ty {
-        GgmlType::Q4K => Some(x86_pack16::Q4K),
-        GgmlType::Q5K => Some(x86_pack16::Q5K),
-        GgmlType::Q6K => Some(x86_pack16::Q6K),
+        GgmlType::Q4K => Some((x86_pack16::Q4K, FUSED16_Q45)),
+        GgmlType::Q5K => Some((x86_pack16::Q5K, FUSED16_Q45)),
+        GgmlType::Q6K => Some((x86_pack16::Q6K, FUSED16_Q6K)),
         _ => None,
     };
-    if let (true, Some(kind)) = (has_vnni() && (FUSED16_MIN_TOKENS..=x86_fused16::MAX_FUSED).contains(&m), f_kind) {
+    if let Some((kind, _)) = f_kind.filter(|(_, tokens)| has_vnni() && rows >= FUSED16_MIN_ROWS && tokens.contains(&m)) {
         SCALES16.with(|pk| {
             let mut pk = pk.borrow_mut();
             let wrb = w_ty.row_bytes(n).unwrap_or(0);
@@ -210,10 +210,19 @@ const PACK_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS_Q6K: usize = 8;
 
-/// Tokens from which Q4_K / Q5_K / Q6_K rows run through the fused 16-row kernels
-/// (`x86_fused16`, AVX-512 VNNI) up to `x86_fused16::MAX_FUSED`; below, the per-row tile
-/// kernels; above, `x86_pack16`.
-const FUSED16_MIN_TOKENS: usize = 2;
+/// Tokens for which Q4_K / Q5_K (Q6_K) rows run through the fused 16-row kernels
+/// (`x86_fused16`, AVX-512 VNNI) instead of the per-row tile kernels (fewer) or
+/// `x86_pack16` (more). Measured streaming 256 MB of weights, 256 rows per call (an
+/// expert's block), 2 threads, GB/s of weights per thread CPU time (`quant_tile::
+/// decode_stream`, Zen 4; the host's steal time left out): Q4_K m=2 22 → 27–42, m=3
+/// 18 → 27, m=4 (vs pack16) 20–22 → 19–23; Q5_K m=2 24–27 → 32–36, m=3 19 → 27–28;
+/// Q6_K m=2 32–34 → 22–31 (the tile kernel already streams at the bound), m=3 22 →
+/// 22–30, m=4 25–27 → 19–20; m=1 the tile kernel (Q6_K 43–49 vs 23–28).
+const FUSED16_Q45: std::ops::RangeInclusive<usize> = 2..=3;
+const FUSED16_Q6K: std::ops::RangeInclusive<usize> = 3..=3;
+/// Rows from which the fused kernels run (each pass decodes 16 rows: a single row, as
+/// from `vec_dot`, keeps the tile kernel).
+const FUSED16_MIN_ROWS: usize = 8;
 
 thread_local! {
     // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
@@ -379,3 +388,4 @@ fn next_group(w: &[u8], g: usize, group: usize, rows: usize, wstride: usize, wrb
         (w[start..end].as_ptr(), (group * wstride).min(end - start))
     })
 }
+
