@@ -55,6 +55,10 @@ mod x86_block;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack16;
 #[cfg(target_arch = "x86_64")]
+mod x86_fused16;
+#[cfg(target_arch = "x86_64")]
+mod x86_fused8;
+#[cfg(target_arch = "x86_64")]
 mod x86_pack8;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack_q8;

@@ -4,7 +4,7 @@
 //! (`x86_tile`, AVX-512 VNNI or AVX2 build), and loops over rows and token tiles.
 
 use super::x86::{has_avx2, has_tile, has_vnni};
-use super::{x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
+use super::{x86_fused16, x86_fused8, x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
 use crate::GgmlType;
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
@@ -66,6 +66,40 @@ pub fn vec_dot_block(
         });
         return true;
     }
+    let f_kind = match w_ty {
+        GgmlType::Q4K => Some((x86_pack16::Q4K, FUSED16_Q45)),
+        GgmlType::Q5K => Some((x86_pack16::Q5K, FUSED16_Q45)),
+        GgmlType::Q6K => Some((x86_pack16::Q6K, FUSED16_Q6K)),
+        _ => None,
+    };
+    if let Some((kind, _)) = f_kind.filter(|(_, tokens)| has_vnni() && rows >= FUSED16_MIN_ROWS && tokens.contains(&m)) {
+        SCALES16.with(|pk| {
+            let mut pk = pk.borrow_mut();
+            let wrb = w_ty.row_bytes(n).unwrap_or(0);
+            for g in (0..rows).step_by(16) {
+                let next = next_group(w, g, 16, rows, wstride, wrb);
+                // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
+                // bounds (checked by the caller), and out rows g..g+nr too.
+                unsafe {
+                    x86_fused16::group16_fused(
+                        kind,
+                        n / 256,
+                        (rows - g).min(16),
+                        w.as_ptr().add(g * wstride),
+                        wstride,
+                        a.as_ptr(),
+                        astride,
+                        m,
+                        &mut out[g * ostride..],
+                        ostride,
+                        &mut pk,
+                        next,
+                    )
+                }
+            }
+        });
+        return true;
+    }
     let k_kind = match w_ty {
         GgmlType::Q4K => Some(x86_pack16::Q4K),
         GgmlType::Q5K => Some(x86_pack16::Q5K),
@@ -95,6 +129,33 @@ pub fn vec_dot_block(
                         &mut out[g * ostride..],
                         ostride,
                         &mut sc,
+                        next,
+                    )
+                }
+            }
+        });
+        return true;
+    }
+    if w_ty == GgmlType::Q4K && !has_vnni() && rows >= FUSED8_MIN_ROWS && FUSED8_Q4K.contains(&m) {
+        SCALES8.with(|pk| {
+            let mut pk = pk.borrow_mut();
+            let wrb = w_ty.row_bytes(n).unwrap_or(0);
+            for g in (0..rows).step_by(8) {
+                let next = next_group(w, g, 8, rows, wstride, wrb);
+                // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
+                // (checked by the caller), and out rows g..g+nr too.
+                unsafe {
+                    x86_fused8::group8_fused(
+                        n / 256,
+                        (rows - g).min(8),
+                        w.as_ptr().add(g * wstride),
+                        wstride,
+                        a.as_ptr(),
+                        astride,
+                        m,
+                        &mut out[g * ostride..],
+                        ostride,
+                        &mut pk,
                         next,
                     )
                 }
@@ -176,7 +237,33 @@ const PACK_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS_Q6K: usize = 8;
 
+/// Tokens for which Q4_K / Q5_K (Q6_K) rows run through the fused 16-row kernels
+/// (`x86_fused16`, AVX-512 VNNI) instead of the per-row tile kernels (fewer) or
+/// `x86_pack16` (more). Measured streaming 256 MB of weights, 256 rows per call (an
+/// expert's block), 2 threads, GB/s of weights per thread CPU time (`quant_tile::
+/// decode_stream`, Zen 4; the host's steal time left out): Q4_K m=2 22 → 27–42, m=3
+/// 18 → 27, m=4 (vs pack16) 20–22 → 19–23; Q5_K m=2 24–27 → 32–36, m=3 19 → 27–28;
+/// Q6_K m=2 32–34 → 22–31 (the tile kernel already streams at the bound), m=3 22 →
+/// 22–30, m=4 25–27 → 19–20; m=1 the tile kernel (Q6_K 43–49 vs 23–28).
+const FUSED16_Q45: std::ops::RangeInclusive<usize> = 2..=3;
+const FUSED16_Q6K: std::ops::RangeInclusive<usize> = 3..=3;
+/// Rows from which the fused kernels run (each pass decodes 16 rows: a single row, as
+/// from `vec_dot`, keeps the tile kernel).
+const FUSED16_MIN_ROWS: usize = 8;
+
+/// Tokens for which Q4_K rows run through the fused 8-row AVX2 kernel (`x86_fused8`)
+/// instead of the per-row tile kernel, and rows from which (8 per pass). Measured
+/// (`PN_NO_AVX512=1`, Zen 4, `quant_tile`: streaming 256 MB, 2 threads, GB/s per thread
+/// CPU time; in L2, one thread, GMAC/s): m=2 stream 19–23 → 26–29, in L2 48 → 57;
+/// m=3 16–18 → 14–23, in L2 56 → 71; m=1 (decode) stays on the tile kernel.
+const FUSED8_Q4K: std::ops::RangeInclusive<usize> = 2..=3;
+const FUSED8_MIN_ROWS: usize = 4;
+
 thread_local! {
+    // SAFETY: an all-zero bit pattern is a valid Packed8 (vectors and floats).
+    static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
+    // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
+    static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
@@ -338,3 +425,5 @@ fn next_group(w: &[u8], g: usize, group: usize, rows: usize, wstride: usize, wrb
         (w[start..end].as_ptr(), (group * wstride).min(end - start))
     })
 }
+
+

@@ -15,10 +15,10 @@ use std::arch::x86_64::*;
 #[repr(C, align(64))]
 pub struct Packed16 {
     w: [__m512i; 64],
-    sc: [__m512i; 16],
-    corr: [__m512i; 8],
-    d: __m512,
-    dm: __m512,
+    pub(super) sc: [__m512i; 16],
+    pub(super) corr: [__m512i; 8],
+    pub(super) d: __m512,
+    pub(super) dm: __m512,
 }
 
 #[inline(always)]
@@ -58,7 +58,7 @@ const IQ4NL_U8: [i8; 16] = {
 /// IQ4 table) gives the same vectors as decoding each row first: one transpose per 32
 /// raw bytes instead of one per 32 decoded elements (Q4_K: 4 per super-block, not 8).
 #[inline(always)]
-unsafe fn raw16(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m512i; 8] {
+pub(super) unsafe fn raw16(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m512i; 8] {
     let mut z = [_mm512_setzero_si512(); 8];
     // SAFETY: the caller guarantees 32 readable bytes at `off` of every row's block.
     unsafe {
@@ -177,31 +177,44 @@ pub(super) unsafe fn transpose16x8(z: [__m512i; 8]) -> [__m512i; 8] {
     out
 }
 
+/// Byte size of one super-block of the format `F`.
+pub(super) const fn block_bytes<const F: u8>() -> usize {
+    use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
+    match F {
+        IQ4XS => super::iq4::IQ4_XS_BYTES,
+        Q6K => Q6_K_BYTES,
+        Q5K => Q5_K_BYTES,
+        _ => Q4_K_BYTES,
+    }
+}
+
 /// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`; rows past `nr`
 /// repeat row `nr − 1`, their results are dropped) into `pk` (`pack_elements`, then the
 /// scales and d across rows).
 #[inline(always)]
 unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
-    use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
-    let bb = match F {
-        IQ4XS => super::iq4::IQ4_XS_BYTES,
-        Q6K => Q6_K_BYTES,
-        Q5K => Q5_K_BYTES,
-        _ => Q4_K_BYTES,
-    };
-    // SAFETY (whole loop): AVX-512 enabled in every caller; the caller guarantees 16 rows
+    // SAFETY (whole body): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
-        pack_elements::<F>(w.add(i * bb), ws, nr, pk);
+        let xb = w.add(i * block_bytes::<F>());
+        pack_elements::<F>(xb, ws, nr, pk);
+        pack_scales16::<F>(xb, ws, nr, pk);
     }
-    // SAFETY: as above (Q5_K's header is Q4_K's).
+}
+
+/// The scales, corrections and d / dmin of the super-block at `xb` of the 16 rows into
+/// `pk` (its elements untouched).
+#[inline(always)]
+pub(super) unsafe fn pack_scales16<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
+    // SAFETY: the caller guarantees 16 rows of whole blocks at xb (Q5_K's header is
+    // Q4_K's); AVX-512 enabled in every caller.
     unsafe {
         if F == IQ4XS {
-            iq4xs_scales16(w.add(i * bb), ws, nr, pk)
+            iq4xs_scales16(xb, ws, nr, pk)
         } else if F == Q6K {
-            q6k_scales16(w.add(i * bb), ws, nr, pk)
+            q6k_scales16(xb, ws, nr, pk)
         } else {
-            q4k_scales16(w.add(i * bb), ws, nr, pk)
+            q4k_scales16(xb, ws, nr, pk)
         }
     }
 }
@@ -371,29 +384,48 @@ unsafe fn dot16<const F: u8, const M: usize>(
                 }
             }
         }
-        for (j, sf) in sumf.iter_mut().enumerate() {
-            // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
-            unsafe {
-                let y = a.add(j * astride + i * Q8_K_BYTES);
-                let mut c = _mm512_setzero_si512();
-                for p in 0..8 {
-                    c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
-                }
-                let yd = _mm512_set1_ps((y as *const f32).read_unaligned());
-                let term = if F == Q6K || F == IQ4XS {
-                    // dw·yd·(is − off): Q6_K's offset 32 per 16 elements, IQ4_XS's 128
-                    // (the +128 of its unsigned codes) per 32
-                    let off = if F == Q6K { _mm512_slli_epi32::<5>(c) } else { _mm512_slli_epi32::<7>(c) };
-                    let t = _mm512_sub_epi32(isum[j], off);
-                    _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(t))
-                } else {
-                    // (dw·yd)·is − (dmw·yd)·summ
-                    let dd = _mm512_mul_ps(pk.d, yd);
-                    let dmin = _mm512_mul_ps(pk.dm, yd);
-                    _mm512_sub_ps(_mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum[j])), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(c)))
-                };
-                *sf = _mm512_add_ps(*sf, term);
+        // SAFETY: token j's block i exists (the caller's contract).
+        unsafe { finish16::<F, M>(pk, i, a, astride, &isum, sumf) };
+    }
+}
+
+/// The float step of super-block `i` for `M` tokens: the bsum correction of `pk`'s
+/// scales and `sumf[j]` += d·(integer sums `isum[j]`) per lane (the 8-row kernel's
+/// unfused steps, so every lane equals the single-row kernel).
+///
+/// # Safety
+/// AVX-512 enabled in the caller; token j's block i at `a + j·astride + i·Q8_K_BYTES`.
+#[inline(always)]
+pub(super) unsafe fn finish16<const F: u8, const M: usize>(
+    pk: &Packed16,
+    i: usize,
+    a: *const u8,
+    astride: usize,
+    isum: &[__m512i; M],
+    sumf: &mut [__m512; M],
+) {
+    for (j, sf) in sumf.iter_mut().enumerate() {
+        // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
+        unsafe {
+            let y = a.add(j * astride + i * Q8_K_BYTES);
+            let mut c = _mm512_setzero_si512();
+            for p in 0..8 {
+                c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
             }
+            let yd = _mm512_set1_ps((y as *const f32).read_unaligned());
+            let term = if F == Q6K || F == IQ4XS {
+                // dw·yd·(is − off): Q6_K's offset 32 per 16 elements, IQ4_XS's 128
+                // (the +128 of its unsigned codes) per 32
+                let off = if F == Q6K { _mm512_slli_epi32::<5>(c) } else { _mm512_slli_epi32::<7>(c) };
+                let t = _mm512_sub_epi32(isum[j], off);
+                _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(t))
+            } else {
+                // (dw·yd)·is − (dmw·yd)·summ
+                let dd = _mm512_mul_ps(pk.d, yd);
+                let dmin = _mm512_mul_ps(pk.dm, yd);
+                _mm512_sub_ps(_mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum[j])), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(c)))
+            };
+            *sf = _mm512_add_ps(*sf, term);
         }
     }
 }

@@ -32,7 +32,7 @@ pub struct Packed8 {
     w: [__m256i; 64],
     /// The sub-block scales as `(s, s)` i16 pairs (Q4_K/Q5_K: 8 of 32 elements, Q6_K: 16
     /// of 16, signed).
-    sc: [__m256i; 16],
+    pub(super) sc: [__m256i; 16],
     /// i16 pairs multiplied with the bsum pairs: Q4_K/Q5_K `(m, m)` of each sub-block,
     /// Q6_K `(s_2p, s_2p+1)`.
     corr: [__m256i; 8],
@@ -71,7 +71,7 @@ unsafe fn transpose8x8(z: [__m256i; 8]) -> [__m256i; 8] {
 /// nibbles and bit planes keep their places inside each dword, so masks and shifts
 /// after the transpose decode all rows at once.
 #[inline(always)]
-unsafe fn raw8(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m256i; 8] {
+pub(super) unsafe fn raw8(xb: *const u8, ws: usize, nr: usize, off: usize) -> [__m256i; 8] {
     let mut z = [_mm256_setzero_si256(); 8];
     // SAFETY: the caller guarantees 32 readable bytes at `off` of every row's block.
     unsafe {
@@ -171,6 +171,37 @@ unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &
                     }
                 }
             }
+        } else {
+            let qs_off = if F == Q5K { 48 } else { 16 };
+            let qh = if F == Q5K { raw8(xb, ws, nr, 16) } else { [_mm256_setzero_si256(); 8] };
+            let one = _mm256_set1_epi8(1);
+            for c in 0..4 {
+                let q = raw8(xb, ws, nr, qs_off + 32 * c);
+                for g in 0..8 {
+                    let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
+                    if F == Q5K {
+                        let bl = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+                        let bh = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                        l = _mm256_or_si256(l, _mm256_slli_epi16::<4>(bl));
+                        h = _mm256_or_si256(h, _mm256_slli_epi16::<4>(bh));
+                    }
+                    pk.w[8 * (2 * c) + g] = l;
+                    pk.w[8 * (2 * c + 1) + g] = h;
+                }
+            }
+        }
+        pack_scales8::<F>(xb, ws, nr, pk);
+    }
+}
+
+/// The scales, corrections and d / dmin of the super-block at `xb` of the 8 rows into
+/// `pk` (its elements untouched).
+#[inline(always)]
+pub(super) unsafe fn pack_scales8<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed8) {
+    // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at xb (Q4_K /
+    // Q5_K: d, dmin, scales 12 B @0; Q6_K: scales 16 B @192, d @208).
+    unsafe {
+        if F == Q6K {
             let h = dwords8(xb.add(192), ws, nr);
             let mut s = [_mm256_setzero_si256(); 16];
             for (k, hk) in h.iter().enumerate() {
@@ -190,23 +221,6 @@ unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &
             pk.d = f16_lanes(xb, ws, nr, 208);
             pk.dm = _mm256_setzero_ps();
         } else {
-            let qs_off = if F == Q5K { 48 } else { 16 };
-            let qh = if F == Q5K { raw8(xb, ws, nr, 16) } else { [_mm256_setzero_si256(); 8] };
-            let one = _mm256_set1_epi8(1);
-            for c in 0..4 {
-                let q = raw8(xb, ws, nr, qs_off + 32 * c);
-                for g in 0..8 {
-                    let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
-                    if F == Q5K {
-                        let bl = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
-                        let bh = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
-                        l = _mm256_or_si256(l, _mm256_slli_epi16::<4>(bl));
-                        h = _mm256_or_si256(h, _mm256_slli_epi16::<4>(bh));
-                    }
-                    pk.w[8 * (2 * c) + g] = l;
-                    pk.w[8 * (2 * c + 1) + g] = h;
-                }
-            }
             // scales and mins: `x86_tile::scales_mins_k4`'s bit formulas across rows
             let h = dwords8(xb, ws, nr);
             let (k1, k2, k3) = (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
@@ -240,7 +254,7 @@ unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &
 }
 
 #[inline(always)]
-unsafe fn bcast4(p: *const u8) -> __m256i {
+pub(super) unsafe fn bcast4(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 4 readable bytes at `p`.
     _mm256_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
@@ -278,27 +292,46 @@ unsafe fn dot8<const F: u8, const M: usize>(pks: &[Packed8], i0: usize, a: *cons
                 }
             }
         }
-        for (j, sf) in sumf.iter_mut().enumerate() {
-            // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
-            unsafe {
-                let y = a.add(j * astride + i * Q8_K_BYTES);
-                let mut c = _mm256_setzero_si256();
-                for p in 0..8 {
-                    c = _mm256_add_epi32(c, _mm256_madd_epi16(pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p))));
-                }
-                let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-                let term = if F == Q6K {
-                    // dw·yd·(is − 32·off)
-                    let t = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(c));
-                    _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(t))
-                } else {
-                    // (dw·yd)·is − (dmw·yd)·summ
-                    let dd = _mm256_mul_ps(pk.d, yd);
-                    let dmin = _mm256_mul_ps(pk.dm, yd);
-                    _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(isum[j])), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(c)))
-                };
-                *sf = _mm256_add_ps(*sf, term);
+        // SAFETY: token j's block i exists (the caller's contract).
+        unsafe { finish8::<F, M>(pk, i, a, astride, &isum, sumf) };
+    }
+}
+
+/// The float step of super-block `i` for `M` tokens: the bsum correction of `pk`'s
+/// scales and `sumf[j]` += d·(integer sums `isum[j]`) per lane, unfused, as the
+/// single-row kernel.
+///
+/// # Safety
+/// AVX2 enabled in the caller; token j's block i at `a + j·astride + i·Q8_K_BYTES`.
+#[inline(always)]
+pub(super) unsafe fn finish8<const F: u8, const M: usize>(
+    pk: &Packed8,
+    i: usize,
+    a: *const u8,
+    astride: usize,
+    isum: &[__m256i; M],
+    sumf: &mut [__m256; M],
+) {
+    for (j, sf) in sumf.iter_mut().enumerate() {
+        // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
+        unsafe {
+            let y = a.add(j * astride + i * Q8_K_BYTES);
+            let mut c = _mm256_setzero_si256();
+            for p in 0..8 {
+                c = _mm256_add_epi32(c, _mm256_madd_epi16(pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p))));
             }
+            let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+            let term = if F == Q6K {
+                // dw·yd·(is − 32·off)
+                let t = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(c));
+                _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(t))
+            } else {
+                // (dw·yd)·is − (dmw·yd)·summ
+                let dd = _mm256_mul_ps(pk.d, yd);
+                let dmin = _mm256_mul_ps(pk.dm, yd);
+                _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(isum[j])), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(c)))
+            };
+            *sf = _mm256_add_ps(*sf, term);
         }
     }
 }

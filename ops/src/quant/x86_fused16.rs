@@ -1,0 +1,201 @@
+//! Fused 16-row kernels for few tokens (AVX-512 VNNI; Q4_K, Q5_K, Q6_K): the 16-row
+//! layout of `x86_pack16`, but each decoded vector of 16 rows × 4 elements goes straight
+//! from the raw-byte transpose into the `vpdpbusd` of every token, in registers, instead
+//! of being stored into a packed super-block (5.7 KB written, then read back per token).
+//! With 1–4 tokens per expert (256 experts, top-8, a 128-token batch; 16 decode slots of
+//! 64 experts) the stores of the packed form cost about as much as the products.
+//!
+//! Exactness: the integer sums of each sub-block are exact whatever their order, and
+//! the scales, corrections and the float step are `x86_pack16`'s own (`pack_scales16`,
+//! `finish16`), so every lane is bitwise the single-row kernel's.
+
+use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::x86_pack16::{bcast4, block_bytes, finish16, pack_scales16, raw16, Packed16, Q4K, Q5K, Q6K};
+use std::arch::x86_64::*;
+
+/// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
+/// 6-token kernels ran at a third of `x86_pack16`'s speed).
+pub const MAX_FUSED: usize = 4;
+
+/// Prefetches `len` bytes at `at + off` (a prefetch never faults).
+#[inline(always)]
+unsafe fn prefetch(at: *const u8, off: usize, len: usize) {
+    let mut o = off;
+    while o < off + len {
+        // SAFETY: a prefetch is a hint; it never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(o) as *const i8) };
+        o += 64;
+    }
+}
+
+/// The integer sums of super-block `xb` (16 rows, stride `ws`) with `M` tokens' Q8_K
+/// blocks at `y + j·astride` (their `qs`): `isum[j]` lane r = Σ_s scale_s · Σ_sub-block
+/// products of row r. `pf`: (pointer, bytes per step) prefetched at each of the 4 (Q4_K /
+/// Q5_K) or 8 (Q6_K) steps.
+#[inline(always)]
+unsafe fn ints16<const F: u8, const M: usize>(
+    xb: *const u8,
+    ws: usize,
+    nr: usize,
+    pk: &Packed16,
+    y: *const u8,
+    astride: usize,
+    pf: (*const u8, usize),
+) -> [__m512i; M] {
+    let m4 = _mm512_set1_epi8(0x0f);
+    let z = _mm512_setzero_si512();
+    let mut isum = [z; M];
+    // activation bytes of element vector e (elements 4e..4e + 4) of token j
+    macro_rules! act {
+        ($j:expr, $e:expr) => {
+            bcast4(y.add($j * astride + Q8_K_QS + 4 * ($e)))
+        };
+    }
+    // SAFETY (whole body): the caller guarantees 16 rows of whole blocks at xb (Q4_K qs
+    // 128 B @16; Q5_K qh 32 B @16, qs @48; Q6_K ql 128 B @0, qh 64 B @128) and every
+    // token's whole Q8_K block at y + j·astride; AVX-512 enabled in every caller.
+    unsafe {
+        if F == Q6K {
+            let m2 = _mm512_set1_epi8(3);
+            for half in 0..2 {
+                let q = [raw16(xb, ws, nr, 64 * half), raw16(xb, ws, nr, 64 * half + 32)];
+                let h = raw16(xb, ws, nr, 128 + 32 * half);
+                for k in 0..4 {
+                    prefetch(pf.0, (4 * half + k) * pf.1, pf.1);
+                    // element vectors 8·cb + g; sub-block 2·cb + g / 4
+                    let cb = 4 * half + k;
+                    let sh = _mm_cvtsi32_si128(2 * k as i32);
+                    let mut acc = [[z; M]; 2];
+                    for g in 0..8 {
+                        let hb = _mm512_and_si512(_mm512_srl_epi16(h[g], sh), m2);
+                        let qv = q[k % 2][g];
+                        let l = if k < 2 { _mm512_and_si512(qv, m4) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(qv), m4) };
+                        let v = _mm512_or_si512(l, _mm512_slli_epi16::<4>(hb));
+                        for (j, a) in acc[g / 4].iter_mut().enumerate() {
+                            *a = _mm512_dpbusd_epi32(*a, v, act!(j, 8 * cb + g));
+                        }
+                    }
+                    for (j, is) in isum.iter_mut().enumerate() {
+                        *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(acc[0][j], pk.sc[2 * cb]));
+                        *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(acc[1][j], pk.sc[2 * cb + 1]));
+                    }
+                }
+            }
+        } else {
+            // nibble h of qs chunk c is sub-block 2c + h; Q5_K's fifth bit = bit 2c + h of qh
+            let qs_off = if F == Q5K { 48 } else { 16 };
+            let qh = if F == Q5K { raw16(xb, ws, nr, 16) } else { [z; 8] };
+            let one = _mm512_set1_epi8(1);
+            for c in 0..4 {
+                prefetch(pf.0, c * pf.1, pf.1);
+                let q = raw16(xb, ws, nr, qs_off + 32 * c);
+                let (mut al, mut ah) = ([z; M], [z; M]);
+                for g in 0..8 {
+                    let mut l = _mm512_and_si512(q[g], m4);
+                    let mut h = _mm512_and_si512(_mm512_srli_epi16::<4>(q[g]), m4);
+                    if F == Q5K {
+                        let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+                        let bh = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                        l = _mm512_or_si512(l, _mm512_slli_epi16::<4>(bl));
+                        h = _mm512_or_si512(h, _mm512_slli_epi16::<4>(bh));
+                    }
+                    for j in 0..M {
+                        al[j] = _mm512_dpbusd_epi32(al[j], l, act!(j, 8 * (2 * c) + g));
+                        ah[j] = _mm512_dpbusd_epi32(ah[j], h, act!(j, 8 * (2 * c + 1) + g));
+                    }
+                }
+                for (j, is) in isum.iter_mut().enumerate() {
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(al[j], pk.sc[2 * c]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(ah[j], pk.sc[2 * c + 1]));
+                }
+            }
+        }
+    }
+    isum
+}
+
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks each) against `m`
+/// (1..=`MAX_FUSED`) tokens: `out[r·ostride + j]`; `next` (pointer, bytes): the weights
+/// to prefetch meanwhile, spread over the steps. `pk`: scratch for the scales.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
+/// tokens of `nb` Q8_K blocks at `a + j·astride`, `out` holds `(nr−1)·ostride + m` floats.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn group16_fused(
+    kind: u8,
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    pk: &mut Packed16,
+    next: Option<(*const u8, usize)>,
+) {
+    macro_rules! go {
+        ($f:expr, $mm:literal) => {
+            // SAFETY: the caller's contract.
+            unsafe { run::<{ $f }, $mm>(nb, nr, w, ws, a, astride, out, ostride, pk, next) }
+        };
+    }
+    macro_rules! by_m {
+        ($f:expr) => {
+            match m {
+                1 => go!($f, 1),
+                2 => go!($f, 2),
+                3 => go!($f, 3),
+                _ => go!($f, 4),
+            }
+        };
+    }
+    debug_assert!((1..=MAX_FUSED).contains(&m));
+    match kind {
+        Q6K => by_m!(Q6K),
+        Q5K => by_m!(Q5K),
+        _ => by_m!(Q4K),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run<const F: u8, const M: usize>(
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    out: &mut [f32],
+    ostride: usize,
+    pk: &mut Packed16,
+    next: Option<(*const u8, usize)>,
+) {
+    let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
+    let steps = if F == Q6K { 8 } else { 4 };
+    let per_step = pf_len.div_ceil(nb * steps).next_multiple_of(64);
+    let mut sumf = [_mm512_setzero_ps(); M];
+    for i in 0..nb {
+        // SAFETY: the caller guarantees 16 rows of nb blocks at w and every token's nb
+        // blocks; the prefetch window stays inside `next` (a hint past it never faults).
+        unsafe {
+            let xb = w.add(i * block_bytes::<F>());
+            pack_scales16::<F>(xb, ws, nr, pk);
+            let pf = (pf_at.wrapping_add(i * steps * per_step), per_step);
+            let isum = ints16::<F, M>(xb, ws, nr, pk, a.add(i * Q8_K_BYTES), astride, pf);
+            finish16::<F, M>(pk, i, a, astride, &isum, &mut sumf);
+        }
+    }
+    for (j, v) in sumf.iter().enumerate() {
+        let mut l = [0f32; 16];
+        // SAFETY: 16 writable floats.
+        unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *v) };
+        for (r, &x) in l.iter().enumerate().take(nr) {
+            out[r * ostride + j] = x;
+        }
+    }
+}
