@@ -13,7 +13,8 @@ use crate::gguf::Gguf;
 use crate::graph::Graph;
 use crate::runner::RunError;
 use pn_ops::{DType, LayerState, Op, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, WeightView};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
 use std::sync::{Arc, Mutex};
 
 /// What a non-weight leaf is filled with before a run.
@@ -36,6 +37,10 @@ pub struct Compiled {
     outputs: Vec<(SlotId, TensorMeta)>,
     /// Run one at a time (a run takes the arena's table out).
     busy: Mutex<()>,
+    /// `PN_DEBUG>=2`: per op kind (runs, ns), printed when dropped.
+    times: Option<Mutex<BTreeMap<&'static str, (u64, u64)>>>,
+    /// Per op of the segment: its kind.
+    kinds: Vec<&'static str>,
 }
 
 fn weight_err(name: &str, msg: String) -> RunError {
@@ -101,6 +106,7 @@ impl Compiled {
         }
         let outputs = graph.outputs.iter().map(|&o| (slot(o.index()), graph.node(o).out)).collect();
         backend.reserve(&specs).map_err(|e| op_err("(MTP slots)", e))?;
+        let kinds = ops.iter().map(|o: &OpCode| o.op.kind()).collect();
         let seg = SegmentCode { arena, segment: 0, n_tokens: 0, all_logits: false, stable: false, ops };
         let exe = match backend.clone().compile(seg) {
             Ok(e) => e,
@@ -109,7 +115,8 @@ impl Compiled {
                 return Err(op_err("(compiling the MTP graph)", e));
             }
         };
-        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()) })
+        let times = (crate::planner::debug::level_from_env() >= 2).then(|| Mutex::new(BTreeMap::new()));
+        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds })
     }
 
     pub fn graph(&self) -> &Graph {
@@ -153,11 +160,28 @@ impl Compiled {
             .collect();
         let spans = [SeqSpan { start: 0, len: tokens.len() }];
         let mut one: Vec<&mut [LayerState]> = state.into_iter().map(std::slice::from_mut).collect();
-        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: None, observe: None };
+        let ops = &self.kinds;
+        let mut acc: Vec<(&'static str, u64)> = Vec::new();
+        let mut t_last = Instant::now();
+        let mut timing = |i: usize| {
+            acc.push((ops.get(i).copied().unwrap_or("?"), t_last.elapsed().as_nanos() as u64));
+            t_last = Instant::now();
+        };
+        let timed = self.times.is_some();
+        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe: None };
         self.exe.run(&mut io).map_err(|e| {
             let node = e.op.map_or("(MTP graph)".to_string(), |i| format!("MTP op {i}"));
             op_err(&node, e.source)
         })?;
+        drop(io);
+        if let Some(t) = &self.times {
+            let mut t = t.lock().expect("timing table");
+            for (k, ns) in acc {
+                let e = t.entry(k).or_default();
+                e.0 += 1;
+                e.1 += ns;
+            }
+        }
         let mut out = Vec::with_capacity(self.outputs.len());
         for (slot, meta) in &self.outputs {
             let mut t = Tensor { shape: Shape::d1(0), data: TensorData::F32(Vec::new()) };
@@ -170,6 +194,12 @@ impl Compiled {
 
 impl Drop for Compiled {
     fn drop(&mut self) {
+        if let Some(t) = &self.times {
+            let t = t.lock().expect("timing table");
+            let total: u64 = t.values().map(|v| v.1).sum();
+            let parts: Vec<String> = t.iter().map(|(k, (n, ns))| format!("{k} {n}x {:.3} ms", *ns as f64 / 1e6)).collect();
+            eprintln!("[pn] MTP graph of {} nodes: {:.3} ms in ops: {}", self.graph.len(), total as f64 / 1e6, parts.join(", "));
+        }
         self.backend.release(self.arena);
     }
 }

@@ -104,6 +104,22 @@ impl Drafter {
     }
 }
 
+/// Where a speculator's rounds spend their time (seconds).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RoundTimes {
+    pub draft: f64,
+    pub verify: f64,
+    pub accept: f64,
+}
+
+impl RoundTimes {
+    fn add(&mut self, d: std::time::Duration, v: std::time::Duration, a: std::time::Duration) {
+        self.draft += d.as_secs_f64();
+        self.verify += v.as_secs_f64();
+        self.accept += a.as_secs_f64();
+    }
+}
+
 /// Makes the drafter of each sequence (the MTP block's compiled graphs shared).
 #[derive(Clone)]
 pub enum DraftFactory {
@@ -138,6 +154,8 @@ pub struct Speculator {
     pub drafter: Drafter,
     pub n_draft: usize,
     pub stats: SpecStats,
+    /// Seconds spent drafting, in verify passes, and accepting + rolling back.
+    pub times: RoundTimes,
     /// Every token fed to the sequence so far.
     tokens: Vec<u32>,
     hidden: Vec<f32>,
@@ -149,7 +167,7 @@ impl Speculator {
     pub fn new(r: &Runner, drafter: Drafter, n_draft: usize) -> Result<Speculator, SpecError> {
         Speculator::check(r, n_draft)?;
         let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
-        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
     }
 
     /// Whether `r` can run speculative decoding with `n_draft` drafts per round.
@@ -179,12 +197,15 @@ impl Speculator {
         // room for the pass: the pending token and the drafts
         let room = st.max_seq.saturating_sub(st.pos + 1);
         let n = self.n_draft.min(room);
+        let t0 = std::time::Instant::now();
         let drafts = self.drafter.draft(&self.tokens, n)?;
+        let t1 = std::time::Instant::now();
         let mut pass_toks = Vec::with_capacity(drafts.len() + 1);
         pass_toks.push(pending);
         pass_toks.extend_from_slice(&drafts);
         let want_h = self.drafter.wants_hidden();
         let (logits, pass) = verify::verify(r, st, &pass_toks, want_h.then_some(&mut self.hidden))?;
+        let t2 = std::time::Instant::now();
         let (n_acc, next) = accept::accept(sampler, &logits, &drafts);
         pass.rollback(st, n_acc + 1)?;
         if !drafts.is_empty() {
@@ -199,6 +220,7 @@ impl Speculator {
         }
         self.tokens.extend_from_slice(&drafts[..n_acc]);
         self.last = Some((pass, n_acc + 1));
+        self.times.add(t1 - t0, t2 - t1, t2.elapsed());
         Ok((drafts[..n_acc].to_vec(), next))
     }
 
