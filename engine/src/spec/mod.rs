@@ -156,6 +156,8 @@ pub struct Speculator {
     pub stats: SpecStats,
     /// Seconds spent drafting, in verify passes, and accepting + rolling back.
     pub times: RoundTimes,
+    /// The drafts of the last round.
+    pub last_drafts: Vec<u32>,
     /// Every token fed to the sequence so far.
     tokens: Vec<u32>,
     hidden: Vec<f32>,
@@ -167,7 +169,7 @@ impl Speculator {
     pub fn new(r: &Runner, drafter: Drafter, n_draft: usize) -> Result<Speculator, SpecError> {
         Speculator::check(r, n_draft)?;
         let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
-        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), last_drafts: Vec::new(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
     }
 
     /// Whether `r` can run speculative decoding with `n_draft` drafts per round.
@@ -221,6 +223,7 @@ impl Speculator {
         self.tokens.extend_from_slice(&drafts[..n_acc]);
         self.last = Some((pass, n_acc + 1));
         self.times.add(t1 - t0, t2 - t1, t2.elapsed());
+        self.last_drafts.clone_from(&drafts);
         Ok((drafts[..n_acc].to_vec(), next))
     }
 
