@@ -5,9 +5,12 @@
 
 use crate::params::GenParams;
 use crate::think::ThinkSplit;
+use pn_engine::runner::Logits;
 use pn_engine::sampler::Sampler;
+use pn_engine::spec::accept;
 use pn_engine::stop::StopMatcher;
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,17 +147,20 @@ impl Generation {
     /// Sample the next token from `row` (the model's logits) and take it.
     pub fn next(&mut self, tok: &Tokenizer, row: &[f32]) -> Step {
         let id = self.sample(row);
-        let lp = self.p.logprobs.map(|k| {
-            let (l, top) = logprobs(row, id, k);
-            TokenLogprob { token: alt(tok, id, l), top: top.into_iter().map(|(i, l)| alt(tok, i, l)).collect(), offset: 0 }
-        });
-        self.accept(tok, id, lp)
+        self.take(tok, row, id)
     }
 
     fn sample(&mut self, row: &[f32]) -> u32 {
+        let l = self.adjusted(row);
+        self.sampler.sample(&l)
+    }
+
+    /// `row` with the logit bias and the presence / frequency penalties of the tokens
+    /// generated so far.
+    fn adjusted<'r>(&self, row: &'r [f32]) -> Cow<'r, [f32]> {
         let (pp, fp) = (self.p.presence_penalty, self.p.frequency_penalty);
         if self.p.logit_bias.is_empty() && ((pp == 0.0 && fp == 0.0) || self.counts.is_empty()) {
-            return self.sampler.sample(row);
+            return Cow::Borrowed(row);
         }
         let mut l = row.to_vec();
         for &(t, b) in &self.p.logit_bias {
@@ -163,7 +169,45 @@ impl Generation {
         for (&t, &c) in &self.counts {
             l[t as usize] -= pp + fp * c as f32;
         }
-        self.sampler.sample(&l)
+        Cow::Owned(l)
+    }
+
+    /// Take `id` chosen from `row` (its logprobs from the model's row).
+    fn take(&mut self, tok: &Tokenizer, row: &[f32], id: u32) -> Step {
+        let lp = self.p.logprobs.map(|k| {
+            let (l, top) = logprobs(row, id, k);
+            TokenLogprob { token: alt(tok, id, l), top: top.into_iter().map(|(i, l)| alt(tok, i, l)).collect(), offset: 0 }
+        });
+        self.accept(tok, id, lp)
+    }
+
+    /// A verify pass's rows for `drafts` (`rows.rows()` = drafts + 1; row i: the
+    /// distribution after draft i − 1): each draft kept or replaced by the sampler's
+    /// rejection rule (pn_engine::spec::accept) on the row as [`Generation::next`] adjusts
+    /// it, each kept token taken in order. Returns the steps (the accepted drafts, then
+    /// the token after them; fewer when one finishes the generation) and how many of
+    /// them are accepted drafts. Greedy: the steps plain decoding takes, token for token.
+    pub fn speculate(&mut self, tok: &Tokenizer, rows: &Logits, drafts: &[u32]) -> (Vec<Step>, usize) {
+        let mut steps = Vec::with_capacity(drafts.len() + 1);
+        for (i, &d) in drafts.iter().enumerate() {
+            let row = rows.row(i);
+            let adj = self.adjusted(row).into_owned();
+            let (id, ok) = match accept::check(&mut self.sampler, &adj, d) {
+                Ok(()) => (d, true),
+                Err(t) => (t, false),
+            };
+            let step = self.take(tok, row, id);
+            let done = step.finish.is_some();
+            steps.push(step);
+            if !ok {
+                return (steps, i);
+            }
+            if done {
+                return (steps, i + 1);
+            }
+        }
+        steps.push(self.next(tok, rows.row(drafts.len())));
+        (steps, drafts.len())
     }
 
     /// Take token `id` (sampled with logprob entry `lp`).

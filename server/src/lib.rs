@@ -20,7 +20,7 @@ mod routes;
 pub mod think;
 mod web;
 
-pub use engine::{ModelSpec, Shared};
+pub use engine::{DraftSpec, ModelSpec, Shared};
 pub use error::ApiError;
 pub use params::Defaults;
 

@@ -53,6 +53,8 @@ pub struct Metrics {
     inter_token: Mutex<Histogram>,
     /// (when, tokens) of the recent decode steps, for the tokens/s gauge.
     recent: Mutex<VecDeque<(Instant, u64)>>,
+    /// `--draft`: drafted / accepted tokens, overall and per draft position.
+    drafts: Mutex<pn_engine::spec::SpecStats>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,6 +83,15 @@ impl Metrics {
         while r.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
             r.pop_front();
         }
+    }
+    /// One sequence's verify round: `drafted` drafts, the first `accepted` kept.
+    pub fn record_drafts(&self, drafted: usize, accepted: usize) {
+        if drafted > 0 {
+            lock(&self.drafts).record(drafted, accepted);
+        }
+    }
+    pub fn drafts(&self) -> pn_engine::spec::SpecStats {
+        lock(&self.drafts).clone()
     }
     /// Generated tokens per second over the last [`RATE_WINDOW`].
     pub fn tokens_per_second(&self) -> f64 {
@@ -114,9 +125,33 @@ impl Metrics {
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
         }
+        self.render_drafts(&mut out);
         lock(&self.ttft).render(&mut out, "pn_time_to_first_token_seconds", "From arrival to the first generated token.");
         lock(&self.inter_token).render(&mut out, "pn_inter_token_seconds", "Between consecutive tokens of one generation.");
         out
+    }
+}
+
+impl Metrics {
+    /// `pn_draft_*`: drafted and accepted tokens (`pn serve --draft`), also per draft
+    /// position (1 = the first draft of a round).
+    fn render_drafts(&self, out: &mut String) {
+        let d = lock(&self.drafts);
+        let counters = [
+            ("pn_draft_rounds_total", "Verify passes of a sequence with drafts.", d.rounds),
+            ("pn_draft_tokens_total", "Draft tokens proposed (speculative decoding).", d.drafted),
+            ("pn_draft_accepted_tokens_total", "Draft tokens accepted by the verify pass.", d.accepted),
+        ];
+        for (name, help, v) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let per = [("pn_draft_position_tokens_total", "Draft tokens proposed at each position of a round.", &d.pos_drafted), ("pn_draft_position_accepted_total", "Draft tokens accepted at each position of a round.", &d.pos_accepted)];
+        for (name, help, v) in per {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (i, n) in v.iter().enumerate() {
+                let _ = writeln!(out, "{name}{{position=\"{}\"}} {n}", i + 1);
+            }
+        }
     }
 }
 
@@ -138,5 +173,22 @@ mod tests {
         assert!(t.contains("pn_time_to_first_token_seconds_bucket{le=\"0.025\"} 0"), "{t}");
         assert!(t.contains("pn_generated_tokens_total 5"), "{t}");
         assert!(t.contains("pn_tokens_per_second 0.5"), "{t}");
+        assert!(t.contains("pn_draft_tokens_total 0"), "{t}");
+    }
+
+    #[test]
+    fn renders_draft_counters_per_position() {
+        let m = Metrics::default();
+        m.record_drafts(3, 1);
+        m.record_drafts(2, 2);
+        m.record_drafts(0, 0);
+        let t = m.render();
+        assert!(t.contains("pn_draft_rounds_total 2"), "{t}");
+        assert!(t.contains("pn_draft_tokens_total 5\n"), "{t}");
+        assert!(t.contains("pn_draft_accepted_tokens_total 3\n"), "{t}");
+        assert!(t.contains("pn_draft_position_tokens_total{position=\"3\"} 1"), "{t}");
+        assert!(t.contains("pn_draft_position_accepted_total{position=\"1\"} 2"), "{t}");
+        assert!(t.contains("pn_draft_position_accepted_total{position=\"2\"} 1"), "{t}");
+        assert!(t.contains("pn_draft_position_accepted_total{position=\"3\"} 0"), "{t}");
     }
 }

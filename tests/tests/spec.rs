@@ -147,14 +147,14 @@ fn mtp_without_an_mtp_block_is_a_clear_error() {
     assert!(e.contains("has no MTP block"), "{e}");
 }
 
-/// Decode slots: every sequence's pending token and its own lookup drafts in one pass
-/// (different draft counts per sequence), each rolled back on its own: greedy output
-/// per sequence is still plain decoding's.
-#[test]
-fn lookup_under_slots_is_plain_greedy() {
+/// Decode slots: every sequence's pending token and its own drafts (lookup, or its own
+/// MTP drafter) in one pass (different draft counts per sequence), each rolled back on
+/// its own: greedy output per sequence is still plain decoding's.
+fn under_slots_is_plain_greedy(models: &[&str], make: &dyn Fn(&Runner, &Arc<Gguf>) -> Drafter) -> SpecStats {
     use pn_engine::spec::slots::{round, SlotRound};
-    for m in ["ktiny-q4_k_m.gguf", "default"] {
-        let (r, _) = load(m);
+    let mut all = SpecStats::default();
+    for &m in models {
+        let (r, g) = load(m);
         let v = r.model().n_vocab();
         let prompts: Vec<Vec<u32>> = (0..3)
             .map(|i| {
@@ -173,28 +173,29 @@ fn lookup_under_slots_is_plain_greedy() {
             s: Sampler,
             stats: SpecStats,
             out: Vec<u32>,
+            d: Drafter,
         }
         let mut seqs: Vec<Seq> = prompts
             .iter()
             .map(|p| {
                 let mut st = r.new_state(256);
-                let l = r.forward(&mut st, p, false).unwrap();
+                let mut d = make(&r, &g);
+                let l = d.prefill(&r, &mut st, p).unwrap();
                 let mut s = Sampler::new(SamplerConfig::greedy());
                 let next = s.sample(l.last());
-                Seq { h: slots.bind(st).unwrap(), hist: p.clone(), next, s, stats: SpecStats::default(), out: Vec::new() }
+                Seq { h: slots.bind(st).unwrap(), hist: p.clone(), next, s, stats: SpecStats::default(), out: Vec::new(), d }
             })
             .collect();
-        let mut all = SpecStats::default();
+        let mut m_stats = SpecStats::default();
         while seqs.iter().any(|q| q.out.len() < n) {
-            let live: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].out.len() < n).collect();
             let mut items: Vec<SlotRound<'_>> = Vec::new();
             let mut pend = Vec::new();
-            for (i, q) in seqs.iter_mut().enumerate().filter(|(i, _)| live.contains(i)) {
+            for (i, q) in seqs.iter_mut().enumerate().filter(|(_, q)| q.out.len() < n) {
                 q.out.push(q.next);
                 pend.push(i);
-                items.push(SlotRound { handle: q.h, history: &q.hist, pending: q.next, sampler: &mut q.s, stats: &mut q.stats });
+                items.push(SlotRound { handle: q.h, history: &q.hist, pending: q.next, sampler: &mut q.s, stats: &mut q.stats, drafter: &mut q.d });
             }
-            let res = round(&mut slots, &r, &Lookup::default(), 4, &mut items).unwrap();
+            let res = round(&mut slots, &r, 4, &mut items).unwrap();
             drop(items);
             for (i, (acc, next)) in pend.into_iter().zip(res) {
                 let q = &mut seqs[i];
@@ -208,8 +209,23 @@ fn lookup_under_slots_is_plain_greedy() {
         for (i, q) in seqs.iter_mut().enumerate() {
             q.out.truncate(n);
             assert_eq!(q.out, want[i], "{m}: slot {i}");
-            all.add(&q.stats);
+            m_stats.add(&q.stats);
         }
-        eprintln!("{m}: {}", all.line());
+        eprintln!("{m}: {}", m_stats.line());
+        all.add(&m_stats);
     }
+    all
+}
+
+#[test]
+fn lookup_under_slots_is_plain_greedy() {
+    let all = under_slots_is_plain_greedy(&["ktiny-q4_k_m.gguf", "default"], &|_, _| Drafter::Lookup(Lookup::default()));
+    assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
+}
+
+#[test]
+fn mtp_under_slots_is_plain_greedy() {
+    let all = under_slots_is_plain_greedy(&["tiny-mtp-f16.gguf", "default"], &|r, g| mtp(r, g));
+    // drafts accepted and drafts rejected (rolled back) both happened
+    assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
 }

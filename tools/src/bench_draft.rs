@@ -31,7 +31,7 @@ fn plain(l: &Loaded, cfg: &StateConfig, prompt: &[u32], gen: usize) -> Result<(f
 }
 
 /// The same with drafts: (decode seconds, tokens, acceptance line, acceptance).
-fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize) -> Result<(f64, Vec<u32>, String, f64)> {
+fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize) -> Result<(f64, Vec<u32>, String, f64, serde_json::Value)> {
     let mut st = load::alloc_state(l, cfg)?;
     let mut sp = d.speculator(l, cfg.max_seq)?.expect("--draft is not none");
     let mut s = Sampler::new(SamplerConfig::greedy());
@@ -49,19 +49,24 @@ fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: us
         next = n;
     }
     out.truncate(gen);
-    Ok((t0.elapsed().as_secs_f64(), out, sp.stats.line(), sp.stats.acceptance()))
+    let (t, k) = (sp.times, sp.stats.rounds.max(1) as f64);
+    let per = serde_json::json!({"draft_ms": round2(t.draft * 1e3 / k), "verify_ms": round2(t.verify * 1e3 / k), "accept_ms": round2(t.accept * 1e3 / k), "rounds": sp.stats.rounds});
+    Ok((t0.elapsed().as_secs_f64(), out, sp.stats.line(), sp.stats.acceptance(), per))
 }
 
 /// Best-of-`reps` decode tokens/s without and with drafts, and whether the greedy tokens
 /// agree.
 pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize, reps: usize) -> Result<serde_json::Value> {
     let (mut best_plain, mut best_draft) = (0f64, 0f64);
-    let (mut same, mut line, mut acc) = (true, String::new(), 0.0);
+    let (mut same, mut line, mut acc, mut per) = (true, String::new(), 0.0, serde_json::Value::Null);
     for _ in 0..reps {
         let (tp, a) = plain(l, cfg, prompt, gen)?;
-        let (td, b, ln, ac) = drafted(l, cfg, d, prompt, gen)?;
+        let (td, b, ln, ac, pr) = drafted(l, cfg, d, prompt, gen)?;
         same &= a == b;
         best_plain = best_plain.max(gen as f64 / tp);
+        if gen as f64 / td > best_draft {
+            per = pr;
+        }
         best_draft = best_draft.max(gen as f64 / td);
         (line, acc) = (ln, ac);
     }
@@ -74,6 +79,8 @@ pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen
         "acceptance": round2(acc * 100.0),
         "acceptance_line": line,
         "same_tokens": same,
+        "per_round": per,
+        "plain_step_ms": round2(1e3 / best_plain.max(1e-9)),
     }))
 }
 
@@ -85,7 +92,9 @@ pub fn verify_cost(l: &Loaded, cfg: &StateConfig, prompt: &[u32], reps: usize) -
     let snap = st.snapshot()?;
     let v = l.runner.model().n_vocab() as u32;
     // n = 1: a plain decode step; n > 1: a verify pass rolled back to its first token
-    let mut time = |n: usize| -> Result<f64> {
+    // (with `hidden`: also copying out the hidden rows, as an MTP round's pass does)
+    let mut time = |n: usize, hidden: bool| -> Result<f64> {
+        let mut rows = Vec::new();
         let toks: Vec<u32> = (0..n as u32).map(|i| (i * 7 + 5) % v).collect();
         let mut best = f64::MAX;
         for _ in 0..reps.max(3) {
@@ -93,7 +102,7 @@ pub fn verify_cost(l: &Loaded, cfg: &StateConfig, prompt: &[u32], reps: usize) -
             if n == 1 {
                 l.runner.forward(&mut st, &toks, false)?;
             } else {
-                let (_, pass) = pn_engine::spec::verify::verify(&l.runner, &mut st, &toks, None)?;
+                let (_, pass) = pn_engine::spec::verify::verify(&l.runner, &mut st, &toks, hidden.then_some(&mut rows))?;
                 pass.rollback(&mut st, 1)?;
             }
             best = best.min(t0.elapsed().as_secs_f64());
@@ -101,11 +110,12 @@ pub fn verify_cost(l: &Loaded, cfg: &StateConfig, prompt: &[u32], reps: usize) -
         }
         Ok(best)
     };
-    let one = time(1)?;
+    let one = time(1, false)?;
     let mut out = serde_json::Map::new();
     out.insert("step_1_ms".into(), round2(one * 1e3).into());
     for n in [2, 4, 8] {
-        out.insert(format!("verify_{n}_ratio"), round2(time(n)? / one).into());
+        out.insert(format!("verify_{n}_ratio"), round2(time(n, false)? / one).into());
     }
+    out.insert("verify_2_hidden_ratio".into(), round2(time(2, true)? / one).into());
     Ok(serde_json::Value::Object(out))
 }

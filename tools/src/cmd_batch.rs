@@ -19,7 +19,7 @@ use pn_engine::prefix_cache::{PrefixCache, PrefixCacheConfig};
 use pn_engine::sampler::{Sampler, SamplerConfig};
 use pn_engine::slots::{resolve_max_slots, slot_ladder};
 use pn_engine::spec::slots::SlotRound;
-use pn_engine::spec::{DraftKind, Lookup, SpecStats};
+use pn_engine::spec::{Drafter, SpecStats};
 use pn_engine::state::kv;
 use pn_engine::tokenizer::{StreamDecoder, Tokenizer};
 use pn_engine::{Runner, SeqState, SlotHandle, Slots};
@@ -58,8 +58,10 @@ pub struct BatchArgs {
     /// mixed passes); bounded by --ubatch
     #[arg(long, default_value_t = 256)]
     prefill_chunk: usize,
-    /// `--draft lookup`: each slot verifies its own prompt-lookup drafts in the step's
-    /// pass (prompts are then prefilled alone, not in chunks inside the steps)
+    /// `--draft lookup|mtp`: each slot verifies its own drafts (prompt lookup, or its own
+    /// MTP drafter) in the step's pass (prompts are then prefilled alone, not in chunks
+    /// inside the steps; with mtp without the prefix cache: the block needs every prompt
+    /// token's hidden row)
     #[command(flatten)]
     draft: crate::draft::DraftOpts,
 }
@@ -77,6 +79,7 @@ struct Seq {
     /// With --draft: every token fed (prompt, then generated) and the draft counters.
     hist: Vec<u32>,
     stats: SpecStats,
+    drafter: Option<Drafter>,
 }
 
 /// A prefilled sequence: its state and first sampled token, waiting for a slot.
@@ -98,8 +101,8 @@ struct Batch<'a> {
     n: usize,
     spare: Vec<SeqState>,
     results: Vec<Option<String>>,
-    /// `--draft lookup`: sequences keep their token history.
-    drafting: bool,
+    /// `--draft lookup|mtp`: sequences keep their token history and a drafter.
+    drafting: Option<pn_engine::spec::DraftFactory>,
     printed: usize,
     prefill_tokens: usize,
     progress: indicatif::ProgressBar,
@@ -125,9 +128,17 @@ impl Batch<'_> {
     /// Prefill prompt `i` alone and sample its first token; None when it finished at once.
     fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
         let mut st = self.state()?;
+        if let Some(f @ pn_engine::spec::DraftFactory::Mtp(_)) = &self.drafting {
+            // the MTP drafter needs every prompt token's hidden row: no cached prefix
+            let mut d = f.drafter(self.state_cfg.max_seq);
+            st.reset();
+            let l = d.prefill(self.runner, &mut st, &self.ids[i])?;
+            self.prefill_tokens += self.ids[i].len();
+            return self.admit(i, st, l.last(), 0, Some(d));
+        }
         let p = self.cache.prefill(self.runner, &mut st, &self.ids[i])?;
         self.prefill_tokens += self.ids[i].len() - p.reused;
-        self.admit(i, st, &p.logits, p.reused)
+        self.admit(i, st, &p.logits, p.reused, None)
     }
 
     /// Start prompt `i` as a filling sequence: its cached prefix restored, the rest to
@@ -163,19 +174,20 @@ impl Batch<'_> {
         if f.p < self.ids[f.i].len() {
             return Ok(Err(f));
         }
-        Ok(Ok(self.admit(f.i, f.st, last, f.reused)?))
+        Ok(Ok(self.admit(f.i, f.st, last, f.reused, None)?))
     }
 
     /// Sample the first token of prompt `i` from its prefill's last logits.
-    fn admit(&mut self, i: usize, st: SeqState, logits: &[f32], reused: usize) -> Result<Option<Ready>> {
+    fn admit(&mut self, i: usize, st: SeqState, logits: &[f32], reused: usize, drafter: Option<Drafter>) -> Result<Option<Ready>> {
         let ids = &self.ids[i];
         let mut sampler = Sampler::new(SamplerConfig { seed: self.cfg.seed.wrapping_add(i as u64), ..self.cfg });
         sampler.observe(ids);
         let next = sampler.sample(load::finite(logits)?);
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
-        let hist = if self.drafting { ids.clone() } else { Vec::new() };
-        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused, hist, stats: SpecStats::default() };
+        let hist = if self.drafting.is_some() { ids.clone() } else { Vec::new() };
+        let drafter = drafter.or_else(|| self.drafting.as_ref().map(|f| f.drafter(self.state_cfg.max_seq)));
+        let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused, hist, stats: SpecStats::default(), drafter };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })
     }
@@ -247,12 +259,8 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let want = resolve_max_slots(a.slots).map_err(anyhow::Error::msg)?;
     load::check(&a.opts)?;
     a.draft.check()?;
-    let drafting = match a.draft.draft {
-        DraftKind::None => false,
-        DraftKind::Lookup => true,
-        DraftKind::Mtp => bail!("--draft mtp: not with pn batch yet (the MTP block needs each sequence's hidden rows, which a multi-sequence pass does not give out); use --draft lookup"),
-    };
     let l = load::load(&a.opts)?;
+    let drafting = a.draft.factory(&l)?;
     let tok = load::tokenizer(&l)?;
     let name = l.name.clone();
     // the memory ladder: KV format for one state, then the slot count
@@ -291,7 +299,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
             failed += 1;
         }
     }
-    let asynchronous = async_for(&runner) && !drafting;
+    let asynchronous = async_for(&runner) && drafting.is_none();
     let mut b = Batch {
         runner: &runner,
         tok: &tok,
@@ -325,7 +333,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         while live.len() < n_slots {
             let r = match ready.pop_front() {
                 Some(r) => r,
-                None if asynchronous || drafting => match pending.pop_front() {
+                None if asynchronous || b.drafting.is_some() => match pending.pop_front() {
                     Some(i) => match b.prefill(i)? {
                         Some(r) => r,
                         None => continue,
@@ -338,7 +346,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         }
         // synchronous: start prompts for the free slots, and one ahead of a slot that
         // frees up (its prefill then rides along in the decode passes)
-        while !asynchronous && !drafting && live.len() + ready.len() + filling.len() < n_slots + 1 {
+        while !asynchronous && b.drafting.is_none() && live.len() + ready.len() + filling.len() < n_slots + 1 {
             let Some(&i) = pending.front() else { break };
             if b.waits_for_cache(i, &filling) {
                 break;
@@ -349,12 +357,14 @@ pub fn run(a: BatchArgs) -> Result<()> {
         if live.is_empty() && filling.is_empty() {
             break;
         }
-        if drafting {
+        if b.drafting.is_some() {
             // one pass: every slot's pending token and its own drafts (spec::slots)
             let ts = Instant::now();
-            let mut items: Vec<SlotRound<'_>> =
-                live.iter_mut().map(|(h, s, t)| SlotRound { handle: *h, history: &s.hist, pending: *t, sampler: &mut s.sampler, stats: &mut s.stats }).collect();
-            let res = pn_engine::spec::slots::round(&mut slots, &runner, &Lookup::default(), a.draft.n(), &mut items)?;
+            let mut items: Vec<SlotRound<'_>> = live
+                .iter_mut()
+                .map(|(h, s, t)| SlotRound { handle: *h, history: &s.hist, pending: *t, sampler: &mut s.sampler, stats: &mut s.stats, drafter: s.drafter.as_mut().expect("drafting") })
+                .collect();
+            let res = pn_engine::spec::slots::round(&mut slots, &runner, a.draft.n(), &mut items)?;
             drop(items);
             decode_s += ts.elapsed().as_secs_f64();
             steps += 1;
@@ -461,8 +471,8 @@ pub fn run(a: BatchArgs) -> Result<()> {
         step_tokens as f64 / decode_s.max(1e-9),
         step_tokens as f64 / steps.max(1) as f64,
     );
-    if drafting {
-        eprintln!("[draft lookup ×{}: {}]", a.draft.n(), spec_total.line());
+    if b.drafting.is_some() {
+        eprintln!("[draft {} ×{}: {}]", a.draft.draft, a.draft.n(), spec_total.line());
     }
     if failed > 0 {
         bail!("{failed} of {} prompts could not run (their lines hold the \"error\")", prompts.len());

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use pn_engine::prefix_cache::PrefixCacheConfig;
 use pn_engine::slots::resolve_max_slots;
-use pn_server::{Defaults, ModelSpec, ServerConfig};
+use pn_server::{Defaults, DraftSpec, ModelSpec, ServerConfig};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -66,6 +66,10 @@ pub struct ServeArgs {
     /// at most this many plain decode steps (measured as it runs; docs/server.md)
     #[arg(long, default_value_t = 1.5)]
     step_budget: f64,
+    /// `--draft lookup|mtp`: each sequence's drafts are verified in the step's pass
+    /// (prompts then prefill in passes of their own; with mtp without the prefix cache)
+    #[command(flatten)]
+    draft: crate::draft::DraftOpts,
 }
 
 /// The id of a model file: its name without `.gguf`.
@@ -118,11 +122,13 @@ pub fn run(a: ServeArgs) -> Result<()> {
         cache.budget_bytes = 0;
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
-    let (opts, chunk, async_steps, step_budget) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget);
+    a.draft.check()?;
+    let (opts, chunk, async_steps, step_budget, draft_opts) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone());
     pn_server::serve(cfg, move || {
         let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
-        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget })
+        let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n() });
+        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget, draft })
     })
 }

@@ -3,8 +3,8 @@
 
 use crate::load::Loaded;
 use anyhow::{Context, Result};
-use pn_engine::spec::{DraftKind, Drafter, Lookup, MtpDrafter, Speculator, MAX_DRAFT};
-use pn_ops::KvType;
+use pn_engine::spec::{DraftFactory, DraftKind, MtpModel, Speculator, MAX_DRAFT};
+use std::sync::Arc;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct DraftOpts {
@@ -40,19 +40,23 @@ impl DraftOpts {
             _ => 3,
         })
     }
-    /// The speculator of one sequence (None for `--draft none`).
-    pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
-        let drafter = match self.draft {
-            DraftKind::None => return Ok(None),
-            DraftKind::Lookup => Drafter::Lookup(Lookup::default()),
+    /// What makes each sequence's drafter (None for `--draft none`): loads and checks the
+    /// MTP block once.
+    pub fn factory(&self, l: &Loaded) -> Result<Option<DraftFactory>> {
+        Ok(match self.draft {
+            DraftKind::None => None,
+            DraftKind::Lookup => Some(DraftFactory::Lookup),
             DraftKind::Mtp => {
                 let block = pn_models::qwen35moe::mtp::load(&l.gguf).with_context(|| format!("--draft mtp with {}", l.name))?;
                 let backend = l.runner.dies()[0].backend.clone();
-                // the block's own cache in f32 whatever --kv-type: one layer (small), and
-                // its drafts are accepted more often than with a quantized cache
-                Drafter::Mtp(Box::new(MtpDrafter::new(block, l.gguf.clone(), backend, max_seq, KvType::F32)))
+                Some(DraftFactory::Mtp(Arc::new(MtpModel::new(block, l.gguf.clone(), backend))))
             }
-        };
-        Ok(Some(Speculator::new(&l.runner, drafter, self.n())?))
+        })
+    }
+
+    /// The speculator of one sequence (None for `--draft none`).
+    pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
+        let Some(f) = self.factory(l)? else { return Ok(None) };
+        Ok(Some(Speculator::new(&l.runner, f.drafter(max_seq), self.n())?))
     }
 }

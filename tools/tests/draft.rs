@@ -39,7 +39,7 @@ fn sampled_run_with_drafts_runs_and_reports() {
 }
 
 #[test]
-fn batch_with_lookup_drafts_matches_plain_batch() {
+fn batch_with_drafts_matches_plain_batch() {
     let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
     std::fs::create_dir_all(&d).unwrap();
     let f = d.join("prompts.txt");
@@ -47,10 +47,12 @@ fn batch_with_lookup_drafts_matches_plain_batch() {
     let f = f.display().to_string();
     let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
     assert_eq!(code, 0, "{err}");
-    let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", "lookup"]);
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(got, want);
-    assert!(err.contains("[draft lookup ×3: drafted "), "{err}");
+    for (kind, line) in [("lookup", "[draft lookup ×3: drafted "), ("mtp", "[draft mtp ×1: drafted ")] {
+        let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", kind]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(got, want, "--draft {kind}");
+        assert!(err.contains(line), "{err}");
+    }
 }
 
 #[test]

@@ -32,22 +32,36 @@ pub enum Rule {
 
 pub fn accept_with(s: &mut Sampler, rows: &Logits, drafts: &[u32], rule: Rule) -> (usize, u32) {
     for (i, &d) in drafts.iter().enumerate() {
-        let p = s.distribution(rows.row(i));
-        let ok = if p.point { p.ids[0] == d } else { s.uniform() < p.prob(d) };
-        if ok {
-            s.observe(&[d]);
-            continue;
+        if let Err(tok) = check_with(s, rows.row(i), d, rule) {
+            return (i, tok);
         }
-        let tok = if p.point {
-            p.ids[0]
-        } else {
-            match (rule, p.without(d)) {
-                (Rule::Exact, Some(res)) => s.draw(&res),
-                _ => s.draw(&p),
-            }
-        };
-        s.observe(&[tok]);
-        return (i, tok);
     }
     (drafts.len(), s.sample(rows.row(drafts.len())))
+}
+
+/// One draft position: `row` the (adjusted) logits there. Ok: draft `d` is accepted;
+/// Err(t): rejected, `t` drawn in its place. Either way the kept token is observed by
+/// the sampler. (For callers that adjust each row by what was accepted before it: the
+/// server's presence / frequency penalties.)
+pub fn check(s: &mut Sampler, row: &[f32], d: u32) -> Result<(), u32> {
+    check_with(s, row, d, Rule::Exact)
+}
+
+fn check_with(s: &mut Sampler, row: &[f32], d: u32, rule: Rule) -> Result<(), u32> {
+    let p = s.distribution(row);
+    let ok = if p.point { p.ids[0] == d } else { s.uniform() < p.prob(d) };
+    if ok {
+        s.observe(&[d]);
+        return Ok(());
+    }
+    let tok = if p.point {
+        p.ids[0]
+    } else {
+        match (rule, p.without(d)) {
+            (Rule::Exact, Some(res)) => s.draw(&res),
+            _ => s.draw(&p),
+        }
+    };
+    s.observe(&[tok]);
+    Err(tok)
 }

@@ -1,114 +1,220 @@
-//! A small executor for graphs the runner does not plan: the MTP block's (crate::spec::mtp).
-//! Nodes run in order, each through the backend protocol ([`execute_op`]); leaves are
-//! GGUF weights (zero-copy, type and shape checked), `inp_tokens` / `inp_pos`, and
+//! A small compiled executor for graphs the runner does not plan: the MTP block's
+//! (crate::spec::mtp). The whole graph is ONE segment compiled once by the backend
+//! ([`Backend::compile`]) over buffer slots reserved once (one per value, its own arena),
+//! so a run is: upload the inputs, run the executable (on the CPU inside one `run_pass`,
+//! the pool's workers awake for the whole graph), download the outputs. Leaves are GGUF
+//! weights (zero-copy, type and shape checked at build), `inp_tokens` / `inp_pos`, and
 //! caller-filled f32 inputs ([`GraphBuilder::external`]). One layer state serves the
-//! graph's stateful ops. Values are dropped after their last use.
+//! graph's stateful ops. Host-memory backends only (speculative decoding refuses device
+//! dies: verify.rs).
 
-use crate::backend::{execute_op, Backend};
-use std::sync::Arc;
+use crate::backend::{new_arena, Backend, Executable, Memory, OpCode, OpInput, PassIo, SegmentCode, SlotId, SlotSpec};
 use crate::gguf::Gguf;
-use crate::graph::{Graph, NodeId};
+use crate::graph::Graph;
 use crate::runner::RunError;
-use pn_ops::{DType, LayerState, Op, OpError, Shape, Tensor, TensorMeta, Value, WeightView};
-use std::collections::HashMap;
+use pn_ops::{DType, LayerState, Op, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, WeightView};
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+use std::sync::{Arc, Mutex};
 
-/// A graph bound to a GGUF's tensors (indices checked once).
-pub struct Bound {
-    pub graph: Graph,
-    /// Per node: the GGUF tensor index of a weight leaf.
-    tensor: Vec<Option<usize>>,
-    last_use: Vec<usize>,
+/// What a non-weight leaf is filled with before a run.
+enum Fill {
+    Tokens,
+    Positions,
+    External(String),
+}
+
+/// A graph compiled for one backend: its executable, slots and leaves.
+pub struct Compiled {
+    graph: Graph,
+    backend: Arc<dyn Backend>,
+    arena: u64,
+    exe: Box<dyn Executable>,
+    /// Per `OpInput::Weight(i)`: the GGUF tensor index.
+    weights: Vec<usize>,
+    /// Leaves to upload: slot, meta, what fills it.
+    fills: Vec<(SlotId, TensorMeta, Fill)>,
+    outputs: Vec<(SlotId, TensorMeta)>,
+    /// Run one at a time (a run takes the arena's table out).
+    busy: Mutex<()>,
+    /// `PN_DEBUG>=2`: per op kind (runs, ns), printed when dropped.
+    times: Option<Mutex<BTreeMap<&'static str, (u64, u64)>>>,
+    /// Per op of the segment: its kind.
+    kinds: Vec<&'static str>,
 }
 
 fn weight_err(name: &str, msg: String) -> RunError {
     RunError::Weight { name: name.to_string(), msg }
 }
 
-impl Bound {
-    /// Checks every weight leaf against the file: present, same type and shape.
-    pub fn new(graph: Graph, g: &Gguf) -> Result<Bound, RunError> {
-        let mut tensor = vec![None; graph.len()];
+fn op_err(name: &str, source: OpError) -> RunError {
+    RunError::Op { node: name.to_string(), source }
+}
+
+impl Compiled {
+    /// Checks every weight leaf against the file (present, same type and shape), gives
+    /// every value a slot and compiles the op list as one segment.
+    pub fn new(graph: Graph, g: &Gguf, backend: Arc<dyn Backend>) -> Result<Compiled, RunError> {
+        if backend.memory() == Memory::Device {
+            return Err(RunError::Unsupported {
+                node: "(MTP block)".into(),
+                backend: backend.name().into(),
+                device: "device memory".into(),
+                reason: "the MTP executor runs on host-memory backends only".into(),
+            });
+        }
+        let arena = new_arena();
+        let slot = |i: usize| SlotId { arena, class: 0, slot: i as u32 };
+        let mut weight_of: Vec<Option<u32>> = vec![None; graph.len()];
+        let (mut weights, mut fills, mut ops, mut specs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for id in graph.order() {
             let n = graph.node(id);
-            if let (Op::Weight { name }, DType::Weight(ty)) = (&n.op, n.out.dtype) {
-                let ix = g.tensors.iter().position(|t| &t.name == name).ok_or_else(|| weight_err(name, "required tensor is missing from the GGUF".into()))?;
-                let info = &g.tensors[ix];
-                let shape = Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]);
-                if info.ty != ty || shape != n.out.shape {
-                    return Err(weight_err(name, format!("graph expects {}, file has {}{shape:?}", n.out, info.ty)));
+            let fill = match (&n.op, n.out.dtype) {
+                (Op::Weight { name }, DType::Weight(ty)) => {
+                    let ix = g.tensors.iter().position(|t| &t.name == name).ok_or_else(|| weight_err(name, "required tensor is missing from the GGUF".into()))?;
+                    let info = &g.tensors[ix];
+                    let shape = Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]);
+                    if info.ty != ty || shape != n.out.shape {
+                        return Err(weight_err(name, format!("graph expects {}, file has {}{shape:?}", n.out, info.ty)));
+                    }
+                    if g.try_tensor_bytes(info).is_none() {
+                        return Err(weight_err(name, "data lies outside the file".into()));
+                    }
+                    weight_of[id.index()] = Some(weights.len() as u32);
+                    weights.push(ix);
+                    continue;
                 }
-                if g.try_tensor_bytes(info).is_none() {
-                    return Err(weight_err(name, "data lies outside the file".into()));
-                }
-                tensor[id.index()] = Some(ix);
+                (Op::Weight { name }, _) => Some(Fill::External(name.clone())),
+                (Op::Tokens, _) => Some(Fill::Tokens),
+                (Op::Positions, _) => Some(Fill::Positions),
+                _ => None,
+            };
+            specs.push(SlotSpec { id: slot(id.index()), dtype: n.out.dtype, bytes: 4 * n.out.shape.numel() });
+            if let Some(f) = fill {
+                fills.push((slot(id.index()), n.out, f));
+                continue;
             }
+            let inputs = n
+                .inputs
+                .iter()
+                .map(|&i| match weight_of[i.index()] {
+                    Some(w) => OpInput::Weight(w),
+                    None => OpInput::Slot(slot(i.index()), graph.node(i).out),
+                })
+                .collect();
+            ops.push(OpCode { op: n.op.clone(), inputs, meta: n.out, out: slot(id.index()), state: n.op.state().map(|_| 0) });
         }
-        let last_use = graph.last_use();
-        Ok(Bound { graph, tensor, last_use })
+        let outputs = graph.outputs.iter().map(|&o| (slot(o.index()), graph.node(o).out)).collect();
+        backend.reserve(&specs).map_err(|e| op_err("(MTP slots)", e))?;
+        let kinds = ops.iter().map(|o: &OpCode| o.op.kind()).collect();
+        let seg = SegmentCode { arena, segment: 0, n_tokens: 0, all_logits: false, stable: false, ops };
+        let exe = match backend.clone().compile(seg) {
+            Ok(e) => e,
+            Err(e) => {
+                backend.release(arena);
+                return Err(op_err("(compiling the MTP graph)", e));
+            }
+        };
+        let times = (crate::planner::debug::level_from_env() >= 2).then(|| Mutex::new(BTreeMap::new()));
+        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds })
+    }
+
+    pub fn graph(&self) -> &Graph {
+        &self.graph
     }
 
     /// Runs the graph: `tokens` / `pos` fill the Tokens / Positions inputs, `ext` the
-    /// external inputs by name; returns the graph outputs in order.
-    pub fn run(&self, g: &Gguf, backend: &Arc<dyn Backend>, tokens: &[u32], pos: &[i32], ext: &[(&str, &Tensor)], mut state: Option<&mut LayerState>) -> Result<Vec<Tensor>, RunError> {
-        let graph = &self.graph;
-        let mut vals: Vec<Option<Tensor>> = vec![None; graph.len()];
-        let op_err = |id: NodeId, source: OpError| RunError::Op { node: graph.node(id).name.clone(), source };
-        for id in graph.order() {
-            let n = graph.node(id);
-            let out = match &n.op {
-                Op::Weight { .. } if self.tensor[id.index()].is_some() => continue,
-                Op::Weight { name } => {
-                    let t = ext.iter().find(|(k, _)| k == name).map(|(_, t)| *t).ok_or_else(|| op_err(id, OpError::Invalid { op: "external", msg: format!("input {name} not given") }))?;
-                    if t.shape != n.out.shape || t.dtype() != n.out.dtype {
-                        return Err(op_err(id, OpError::Shape { op: "external", expected: n.out.to_string(), found: format!("{:?} {:?}", t.dtype(), t.shape) }));
+    /// external inputs by name; `state` serves every stateful op. Returns the graph
+    /// outputs in order.
+    pub fn run(&self, g: &Gguf, tokens: &[u32], pos: &[i32], ext: &[(&str, &[f32])], state: Option<&mut LayerState>) -> Result<Vec<Tensor>, RunError> {
+        let _one = self.busy.lock().map_err(|_| op_err("(MTP graph)", OpError::Invalid { op: "run", msg: "a run panicked".into() }))?;
+        let b = &self.backend;
+        for (slot, meta, f) in &self.fills {
+            let n = meta.shape.numel();
+            let t = match f {
+                Fill::Tokens | Fill::Positions => {
+                    let v: Vec<i32> = if matches!(f, Fill::Tokens) { tokens.iter().map(|&x| x as i32).collect() } else { pos.to_vec() };
+                    if v.len() != n {
+                        return Err(op_err("inp_tokens", OpError::Shape { op: "input", expected: format!("{n} values"), found: format!("{}", v.len()) }));
                     }
-                    t.clone()
+                    Tensor::i32(meta.shape, v)
                 }
-                Op::Tokens => Tensor::i32(Shape::d1(tokens.len()), tokens.iter().map(|&x| x as i32).collect()),
-                Op::Positions => Tensor::i32(Shape::d1(pos.len()), pos.to_vec()),
-                op => {
-                    let ins: Vec<Value<'_>> = n
-                        .inputs
-                        .iter()
-                        .map(|&i| match self.tensor[i.index()] {
-                            Some(ix) => {
-                                let info = &g.tensors[ix];
-                                Value::Weight(WeightView { name: &info.name, ty: info.ty, shape: graph.node(i).out.shape, bytes: g.tensor_bytes(info) })
-                            }
-                            None => Value::Act(vals[i.index()].as_ref().expect("inputs run before their consumers")),
-                        })
-                        .collect();
-                    let st = if op.state().is_some() { state.as_deref_mut() } else { None };
-                    execute_op(backend, op, &ins, &n.out, st).map_err(|e| op_err(id, e))?
+                Fill::External(name) => {
+                    let v = ext.iter().find(|(k, _)| k == name).map(|(_, v)| *v).ok_or_else(|| op_err(name, OpError::Invalid { op: "external", msg: format!("input {name} not given") }))?;
+                    if v.len() != n {
+                        return Err(op_err(name, OpError::Shape { op: "external", expected: meta.to_string(), found: format!("{} values", v.len()) }));
+                    }
+                    Tensor::f32(meta.shape, v.to_vec())
                 }
             };
-            vals[id.index()] = Some(out);
-            for &i in &n.inputs {
-                if self.last_use[i.index()] == id.index() {
-                    vals[i.index()] = None;
-                }
+            b.upload(*slot, &t).map_err(|e| op_err("(MTP input)", e))?;
+        }
+        let views: Vec<WeightView<'_>> = self
+            .weights
+            .iter()
+            .map(|&ix| {
+                let info = &g.tensors[ix];
+                let shape = Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]);
+                WeightView { name: &info.name, ty: info.ty, shape, bytes: g.tensor_bytes(info) }
+            })
+            .collect();
+        let spans = [SeqSpan { start: 0, len: tokens.len() }];
+        let mut one: Vec<&mut [LayerState]> = state.into_iter().map(std::slice::from_mut).collect();
+        let ops = &self.kinds;
+        let mut acc: Vec<(&'static str, u64)> = Vec::new();
+        let mut t_last = Instant::now();
+        let mut timing = |i: usize| {
+            acc.push((ops.get(i).copied().unwrap_or("?"), t_last.elapsed().as_nanos() as u64));
+            t_last = Instant::now();
+        };
+        let timed = self.times.is_some();
+        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe: None };
+        self.exe.run(&mut io).map_err(|e| {
+            let node = e.op.map_or("(MTP graph)".to_string(), |i| format!("MTP op {i}"));
+            op_err(&node, e.source)
+        })?;
+        drop(io);
+        if let Some(t) = &self.times {
+            let mut t = t.lock().expect("timing table");
+            for (k, ns) in acc {
+                let e = t.entry(k).or_default();
+                e.0 += 1;
+                e.1 += ns;
             }
         }
-        Ok(graph.outputs.iter().map(|&o| vals[o.index()].take().expect("outputs are kept")).collect())
+        let mut out = Vec::with_capacity(self.outputs.len());
+        for (slot, meta) in &self.outputs {
+            let mut t = Tensor { shape: Shape::d1(0), data: TensorData::F32(Vec::new()) };
+            b.download(*slot, meta, &mut t).map_err(|e| op_err("(MTP output)", e))?;
+            out.push(t);
+        }
+        Ok(out)
     }
 }
 
-/// The meta of an f32 external input.
-pub fn external_meta(shape: Shape) -> TensorMeta {
-    TensorMeta::f32(shape)
+impl Drop for Compiled {
+    fn drop(&mut self) {
+        if let Some(t) = &self.times {
+            let t = t.lock().expect("timing table");
+            let total: u64 = t.values().map(|v| v.1).sum();
+            let parts: Vec<String> = t.iter().map(|(k, (n, ns))| format!("{k} {n}x {:.3} ms", *ns as f64 / 1e6)).collect();
+            eprintln!("[pn] MTP graph of {} nodes: {:.3} ms in ops: {}", self.graph.len(), total as f64 / 1e6, parts.join(", "));
+        }
+        self.backend.release(self.arena);
+    }
 }
 
-/// Bound graphs cached by a key (the token count of a geometry).
+/// Compiled graphs by a key (which graph, its token count).
 #[derive(Default)]
-pub struct Cache(std::sync::Mutex<HashMap<(u8, usize), std::sync::Arc<Bound>>>);
+pub struct Cache(Mutex<HashMap<(u8, usize), Arc<Compiled>>>);
 
 impl Cache {
-    pub fn get(&self, key: (u8, usize), make: impl FnOnce() -> Result<Bound, RunError>) -> Result<std::sync::Arc<Bound>, RunError> {
-        if let Some(b) = self.0.lock().expect("graph cache").get(&key) {
-            return Ok(b.clone());
+    pub fn get(&self, key: (u8, usize), make: impl FnOnce() -> Result<Compiled, RunError>) -> Result<Arc<Compiled>, RunError> {
+        if let Some(c) = self.0.lock().expect("graph cache").get(&key) {
+            return Ok(c.clone());
         }
-        let b = std::sync::Arc::new(make()?);
-        self.0.lock().expect("graph cache").insert(key, b.clone());
-        Ok(b)
+        let c = Arc::new(make()?);
+        self.0.lock().expect("graph cache").insert(key, c.clone());
+        Ok(c)
     }
 }

@@ -16,7 +16,7 @@ pub mod stats;
 pub mod verify;
 
 pub use lookup::Lookup;
-pub use mtp::{MtpBlock, MtpDrafter};
+pub use mtp::{MtpBlock, MtpDrafter, MtpModel};
 pub use stats::SpecStats;
 pub use verify::Pass;
 
@@ -80,6 +80,73 @@ impl Drafter {
     fn wants_hidden(&self) -> bool {
         matches!(self, Drafter::Mtp(_))
     }
+
+    /// Up to `n` drafts after `ctx` (every fed token, then the pending one).
+    pub fn draft(&mut self, ctx: &[u32], n: usize) -> Result<Vec<u32>, SpecError> {
+        match self {
+            Drafter::Lookup(l) => Ok(l.draft(ctx, n)),
+            Drafter::Mtp(m) => m.draft(ctx, n),
+        }
+    }
+
+    /// Feeds a prompt to `st` (last-token logits), keeping what the drafter needs of it:
+    /// an MTP drafter the hidden rows of every token.
+    pub fn prefill(&mut self, r: &Runner, st: &mut SeqState, ids: &[u32]) -> Result<Logits, SpecError> {
+        Ok(match self {
+            Drafter::Mtp(m) => {
+                let mut hidden = Vec::new();
+                let l = verify::forward_hidden(r, st, ids, false, &mut hidden)?;
+                m.observe_hidden(&hidden);
+                l
+            }
+            Drafter::Lookup(_) => r.forward(st, ids, false)?,
+        })
+    }
+}
+
+/// Where a speculator's rounds spend their time (seconds).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RoundTimes {
+    pub draft: f64,
+    pub verify: f64,
+    pub accept: f64,
+}
+
+impl RoundTimes {
+    fn add(&mut self, d: std::time::Duration, v: std::time::Duration, a: std::time::Duration) {
+        self.draft += d.as_secs_f64();
+        self.verify += v.as_secs_f64();
+        self.accept += a.as_secs_f64();
+    }
+}
+
+/// Makes the drafter of each sequence (the MTP block's compiled graphs shared).
+#[derive(Clone)]
+pub enum DraftFactory {
+    Lookup,
+    Mtp(std::sync::Arc<MtpModel>),
+}
+
+impl DraftFactory {
+    /// A fresh drafter for a sequence of up to `max_seq` positions.
+    pub fn drafter(&self, max_seq: usize) -> Drafter {
+        match self {
+            DraftFactory::Lookup => Drafter::Lookup(Lookup::default()),
+            // the block's own cache in f32 whatever --kv-type: one layer (small), and its
+            // drafts are accepted more often than with a quantized cache
+            DraftFactory::Mtp(m) => Drafter::Mtp(Box::new(MtpDrafter::with_model(m.clone(), max_seq, pn_ops::KvType::F32))),
+        }
+    }
+    pub fn kind(&self) -> DraftKind {
+        match self {
+            DraftFactory::Lookup => DraftKind::Lookup,
+            DraftFactory::Mtp(_) => DraftKind::Mtp,
+        }
+    }
+    /// Whether a drafter needs the hidden row of every prompt token (no cached prefix).
+    pub fn needs_hidden(&self) -> bool {
+        matches!(self, DraftFactory::Mtp(_))
+    }
 }
 
 /// Speculative decoding of one sequence: its drafter, the draft length and counters.
@@ -87,6 +154,10 @@ pub struct Speculator {
     pub drafter: Drafter,
     pub n_draft: usize,
     pub stats: SpecStats,
+    /// Seconds spent drafting, in verify passes, and accepting + rolling back.
+    pub times: RoundTimes,
+    /// The drafts of the last round.
+    pub last_drafts: Vec<u32>,
     /// Every token fed to the sequence so far.
     tokens: Vec<u32>,
     hidden: Vec<f32>,
@@ -96,26 +167,25 @@ pub struct Speculator {
 
 impl Speculator {
     pub fn new(r: &Runner, drafter: Drafter, n_draft: usize) -> Result<Speculator, SpecError> {
+        Speculator::check(r, n_draft)?;
+        let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
+        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), last_drafts: Vec::new(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+    }
+
+    /// Whether `r` can run speculative decoding with `n_draft` drafts per round.
+    pub fn check(r: &Runner, n_draft: usize) -> Result<(), SpecError> {
         verify::check_runner(r)?;
         if n_draft == 0 || n_draft > MAX_DRAFT {
             return Err(SpecError::Unsupported(format!("--draft-n: expected 1..={MAX_DRAFT} draft tokens, found {n_draft}")));
         }
-        let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
-        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+        Ok(())
     }
 
     /// Feeds the prompt (last-token logits), keeping what the drafter needs of it.
     pub fn prefill(&mut self, r: &Runner, st: &mut SeqState, ids: &[u32]) -> Result<Logits, SpecError> {
         // the last round can no longer be undone (and its recording stops)
         self.last = None;
-        let logits = match &mut self.drafter {
-            Drafter::Mtp(m) => {
-                let l = verify::forward_hidden(r, st, ids, false, &mut self.hidden)?;
-                m.observe_hidden(&self.hidden);
-                l
-            }
-            Drafter::Lookup(_) => r.forward(st, ids, false)?,
-        };
+        let logits = self.drafter.prefill(r, st, ids)?;
         self.tokens.extend_from_slice(ids);
         Ok(logits)
     }
@@ -129,15 +199,15 @@ impl Speculator {
         // room for the pass: the pending token and the drafts
         let room = st.max_seq.saturating_sub(st.pos + 1);
         let n = self.n_draft.min(room);
-        let drafts = match &mut self.drafter {
-            Drafter::Lookup(l) => l.draft(&self.tokens, n),
-            Drafter::Mtp(m) => m.draft(&self.tokens, n)?,
-        };
+        let t0 = std::time::Instant::now();
+        let drafts = self.drafter.draft(&self.tokens, n)?;
+        let t1 = std::time::Instant::now();
         let mut pass_toks = Vec::with_capacity(drafts.len() + 1);
         pass_toks.push(pending);
         pass_toks.extend_from_slice(&drafts);
         let want_h = self.drafter.wants_hidden();
         let (logits, pass) = verify::verify(r, st, &pass_toks, want_h.then_some(&mut self.hidden))?;
+        let t2 = std::time::Instant::now();
         let (n_acc, next) = accept::accept(sampler, &logits, &drafts);
         pass.rollback(st, n_acc + 1)?;
         if !drafts.is_empty() {
@@ -152,6 +222,8 @@ impl Speculator {
         }
         self.tokens.extend_from_slice(&drafts[..n_acc]);
         self.last = Some((pass, n_acc + 1));
+        self.times.add(t1 - t0, t2 - t1, t2.elapsed());
+        self.last_drafts.clone_from(&drafts);
         Ok((drafts[..n_acc].to_vec(), next))
     }
 

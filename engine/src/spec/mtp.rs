@@ -12,13 +12,13 @@
 //! (`enorm(embed(x))`, `hnorm(h)`), concatenated here per pair (`[e ; h]`, embedding
 //! first), then the block from `eh_proj` to the logits of the last pair.
 
-use super::exec::{Bound, Cache};
+use super::exec::{Cache, Compiled};
 use super::SpecError;
 use crate::backend::Backend;
 use crate::gguf::Gguf;
 use crate::graph::{GraphBuilder, GraphError};
 use crate::sampler::argmax;
-use pn_ops::{KvType, LayerState, Shape, Tensor};
+use pn_ops::{KvType, LayerState};
 use std::sync::Arc;
 
 /// What a model provides for its MTP block.
@@ -35,12 +35,63 @@ pub trait MtpBlock: Send + Sync {
     fn new_state(&self, max_seq: usize, kv: KvType) -> LayerState;
 }
 
-/// The MTP drafter of one sequence.
-pub struct MtpDrafter {
+/// Largest pass of real pairs: longer runs of pairs (a prompt) go in power-of-two
+/// chunks, so a drafter compiles at most 7 pair geometries (the KV cache carries over;
+/// every row is what one pass gives: the ops are batch-invariant).
+const MAX_PAIRS: usize = 64;
+
+/// The block bound to a file and a backend, with its compiled graphs (shared by the
+/// drafters of every sequence: `pn batch`, `pn serve`).
+pub struct MtpModel {
     block: Arc<dyn MtpBlock>,
     gguf: Arc<Gguf>,
     backend: Arc<dyn Backend>,
     graphs: Cache,
+}
+
+impl MtpModel {
+    pub fn new(block: Arc<dyn MtpBlock>, gguf: Arc<Gguf>, backend: Arc<dyn Backend>) -> MtpModel {
+        MtpModel { block, gguf, backend, graphs: Cache::default() }
+    }
+
+    pub fn n_embd(&self) -> usize {
+        self.block.n_embd()
+    }
+
+    fn compiled(&self, which: u8, t: usize) -> Result<Arc<Compiled>, SpecError> {
+        Ok(self.graphs.get((which, t), || {
+            let mut b = GraphBuilder::new();
+            match which {
+                1 => self.block.build_norms(t, &mut b)?,
+                _ => self.block.build_block(t, &mut b)?,
+            }
+            Compiled::new(b.finish(), &self.gguf, self.backend.clone())
+        })?)
+    }
+
+    /// One block pass over `t` pairs (h rows, next tokens) at positions `pos0..`, with
+    /// `state` the block's KV cache: the normed output and the argmax of the last pair's
+    /// logits.
+    fn pass(&self, state: &mut LayerState, h: &[f32], next: &[u32], pos0: usize) -> Result<(Vec<f32>, u32), SpecError> {
+        let (e, t) = (self.n_embd(), next.len());
+        let (g1, g2) = (self.compiled(1, t)?, self.compiled(2, t)?);
+        let pos: Vec<i32> = (pos0..pos0 + t).map(|p| p as i32).collect();
+        let gguf = &*self.gguf;
+        let norms = g1.run(gguf, next, &pos, &[("inp_h", h)], None)?;
+        let (en, hn) = (norms[0].as_f32(), norms[1].as_f32());
+        let mut eh = Vec::with_capacity(2 * e * t);
+        for i in 0..t {
+            eh.extend_from_slice(&en[i * e..(i + 1) * e]);
+            eh.extend_from_slice(&hn[i * e..(i + 1) * e]);
+        }
+        let out = g2.run(gguf, next, &pos, &[("inp_eh", &eh)], Some(state))?;
+        Ok((out[0].as_f32().to_vec(), argmax(out[1].as_f32()) as u32))
+    }
+}
+
+/// The MTP drafter of one sequence: its block's KV cache and the hidden rows not yet fed.
+pub struct MtpDrafter {
+    model: Arc<MtpModel>,
     state: LayerState,
     /// Real pairs in the KV cache (pairs 0..real).
     real: usize,
@@ -51,8 +102,13 @@ pub struct MtpDrafter {
 
 impl MtpDrafter {
     pub fn new(block: Arc<dyn MtpBlock>, gguf: Arc<Gguf>, backend: Arc<dyn Backend>, max_seq: usize, kv: KvType) -> MtpDrafter {
-        let state = block.new_state(max_seq, kv);
-        MtpDrafter { block, gguf, backend, graphs: Cache::default(), state, real: 0, pending_h: Vec::new() }
+        MtpDrafter::with_model(Arc::new(MtpModel::new(block, gguf, backend)), max_seq, kv)
+    }
+
+    /// A drafter on a shared model (its compiled graphs).
+    pub fn with_model(model: Arc<MtpModel>, max_seq: usize, kv: KvType) -> MtpDrafter {
+        let state = model.block.new_state(max_seq, kv);
+        MtpDrafter { model, state, real: 0, pending_h: Vec::new() }
     }
 
     /// Hidden rows of main-model positions (in order, following the previous ones).
@@ -62,7 +118,7 @@ impl MtpDrafter {
 
     /// Drop the last `n` hidden rows given (their tokens were un-fed).
     pub fn unobserve(&mut self, n: usize) {
-        let keep = self.pending_h.len().saturating_sub(n * self.block.n_embd());
+        let keep = self.pending_h.len().saturating_sub(n * self.model.n_embd());
         self.pending_h.truncate(keep);
     }
 
@@ -73,40 +129,10 @@ impl MtpDrafter {
         self.pending_h.clear();
     }
 
-    /// One block pass over pairs (h rows, next tokens) at positions `pos0..`: the normed
-    /// output and the argmax of the last pair's logits.
-    fn pass(&mut self, h: &[f32], next: &[u32], pos0: usize) -> Result<(Vec<f32>, u32), SpecError> {
-        let (e, t) = (self.block.n_embd(), next.len());
-        let blk = &*self.block;
-        let g1 = self.graphs.get((1, t), || {
-            let mut b = GraphBuilder::new();
-            blk.build_norms(t, &mut b)?;
-            Bound::new(b.finish(), &self.gguf)
-        })?;
-        let g2 = self.graphs.get((2, t), || {
-            let mut b = GraphBuilder::new();
-            blk.build_block(t, &mut b)?;
-            Bound::new(b.finish(), &self.gguf)
-        })?;
-        let pos: Vec<i32> = (pos0..pos0 + t).map(|p| p as i32).collect();
-        let hin = Tensor::f32(Shape::d2(e, t), h.to_vec());
-        let (gguf, backend, state) = (&*self.gguf, &self.backend, &mut self.state);
-        let norms = g1.run(gguf, backend, next, &pos, &[("inp_h", &hin)], None)?;
-        let (en, hn) = (norms[0].as_f32(), norms[1].as_f32());
-        let mut eh = Vec::with_capacity(2 * e * t);
-        for i in 0..t {
-            eh.extend_from_slice(&en[i * e..(i + 1) * e]);
-            eh.extend_from_slice(&hn[i * e..(i + 1) * e]);
-        }
-        let eh = Tensor::f32(Shape::d2(2 * e, t), eh);
-        let out = g2.run(gguf, backend, next, &pos, &[("inp_eh", &eh)], Some(&mut *state))?;
-        Ok((out[0].as_f32().to_vec(), argmax(out[1].as_f32()) as u32))
-    }
-
     /// Up to `n` drafts after `tokens` (every fed token, then the pending one). Feeds the
     /// unpaired hidden rows first (their next tokens are the last ones of `tokens`).
     pub fn draft(&mut self, tokens: &[u32], n: usize) -> Result<Vec<u32>, SpecError> {
-        let e = self.block.n_embd();
+        let e = self.model.n_embd();
         let np = self.pending_h.len() / e;
         if n == 0 || np == 0 {
             return Ok(Vec::new());
@@ -116,12 +142,21 @@ impl MtpDrafter {
             return Err(SpecError::Rollback(format!("MTP: {} paired + {np} hidden rows do not precede the {} tokens", self.real, tokens.len())));
         }
         let h = std::mem::take(&mut self.pending_h);
-        let (mut g, mut d) = self.pass(&h, &tokens[self.real + 1..], self.real)?;
+        let m = &*self.model;
+        let mut done = 0;
+        let mut last = None;
+        while done < np {
+            let left = np - done;
+            let t = if left >= MAX_PAIRS { MAX_PAIRS } else { 1 << left.ilog2() };
+            let p0 = self.real + done;
+            last = Some(m.pass(&mut self.state, &h[done * e..(done + t) * e], &tokens[p0 + 1..p0 + 1 + t], p0)?);
+            done += t;
+        }
         self.real += np;
+        let (mut g, mut d) = last.expect("np > 0");
         let mut out = vec![d];
         while out.len() < n {
-            let (g2, d2) = self.pass(&g, &[d], self.real + out.len() - 1)?;
-            (g, d) = (g2, d2);
+            (g, d) = m.pass(&mut self.state, &g, &[d], self.real + out.len() - 1)?;
             out.push(d);
         }
         Ok(out)

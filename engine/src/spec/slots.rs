@@ -2,11 +2,13 @@
 //! in ONE forward pass ([`Runner::forward_multi`]: weights stream once for all, each
 //! stateful op runs once over every sequence), then each sequence accepts and rolls back
 //! on its own. Rows are bitwise what each sequence gives alone, so greedy output is
-//! still token for token plain decoding. Drafts come from prompt lookup (the MTP block
-//! needs the hidden rows, which a multi-sequence pass does not give out yet).
+//! still token for token plain decoding. Each slot has its own drafter: prompt lookup,
+//! or the MTP block with its own KV cache (then the pass also gives out every row's
+//! hidden state, `result_norm`, which each sequence's drafter keeps for its accepted
+//! tokens).
 
 use super::verify::{self, Pass};
-use super::{accept, Lookup, SpecError, SpecStats};
+use super::{accept, Drafter, SpecError, SpecStats};
 use crate::runner::{Logits, Runner};
 use crate::sampler::Sampler;
 use crate::slots::{SlotError, SlotHandle, Slots};
@@ -14,13 +16,26 @@ use crate::state::SeqState;
 use pn_ops::state::history::Recording;
 use pn_ops::LayerState;
 
-/// One slot's part of a round: its handle, every token it was fed, and the pending one.
+/// One slot's drafting: its handle, every token it was fed, the pending one, and its
+/// drafter (an MTP drafter must have seen the hidden rows of every fed token:
+/// [`Drafter::prefill`] for the prompt, then the rounds).
+pub struct SlotDraft<'a> {
+    pub handle: SlotHandle,
+    pub history: &'a [u32],
+    pub pending: u32,
+    /// The most drafts it takes this round.
+    pub n: usize,
+    pub drafter: &'a mut Drafter,
+}
+
+/// One slot's part of a [`round`]: its drafting, its sampler and counters.
 pub struct SlotRound<'a> {
     pub handle: SlotHandle,
     pub history: &'a [u32],
     pub pending: u32,
     pub sampler: &'a mut Sampler,
     pub stats: &'a mut SpecStats,
+    pub drafter: &'a mut Drafter,
 }
 
 impl From<SlotError> for SpecError {
@@ -32,42 +47,87 @@ impl From<SlotError> for SpecError {
     }
 }
 
-/// One round for every entry: lookup drafts (up to `n_draft` each), one pass, accept,
-/// roll back. Returns per entry (accepted drafts, the next pending token).
-pub fn round(slots: &mut Slots, r: &Runner, lookup: &Lookup, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
-    verify::check_runner(r)?;
-    let mut toks: Vec<Vec<u32>> = Vec::with_capacity(items.len());
-    for it in items.iter() {
+/// The drafts of every entry (up to its `n`, fewer near the end of its context): per
+/// entry, its pending token then its drafts.
+pub fn draft_all(slots: &Slots, items: &mut [SlotDraft<'_>]) -> Result<Vec<Vec<u32>>, SpecError> {
+    let mut toks = Vec::with_capacity(items.len());
+    for it in items.iter_mut() {
         let st = slots.state(it.handle)?;
         let room = st.max_seq.saturating_sub(st.pos + 1);
-        let mut ctx = it.history.to_vec();
+        let mut ctx = Vec::with_capacity(it.history.len() + 1);
+        ctx.extend_from_slice(it.history);
         ctx.push(it.pending);
         let mut t = vec![it.pending];
-        t.extend(lookup.draft(&ctx, n_draft.min(room)));
+        t.extend(it.drafter.draft(&ctx, it.n.min(room))?);
         toks.push(t);
     }
-    let batch: Vec<(SlotHandle, u32)> = items.iter().map(|it| (it.handle, it.pending)).collect();
-    let (idx, mut states) = slots.take_batch(&batch)?;
-    let res = pass(r, &mut states, &toks);
-    let out = res.and_then(|(rows, passes)| {
-        let mut out = Vec::with_capacity(items.len());
-        for (i, it) in items.iter_mut().enumerate() {
-            let drafts = &toks[i][1..];
-            let (k, next) = accept::accept(it.sampler, &rows[i], drafts);
-            passes[i].rollback(&mut states[i], k + 1)?;
-            if !drafts.is_empty() {
-                it.stats.record(drafts.len(), k);
-            }
-            out.push((drafts[..k].to_vec(), next));
-        }
-        Ok(out)
-    });
-    slots.put_back(&idx, states);
-    out
+    Ok(toks)
 }
 
-/// The verify pass of several sequences: per sequence its rows and its [`Pass`].
-fn pass(r: &Runner, states: &mut [SeqState], toks: &[Vec<u32>]) -> Result<(Vec<Logits>, Vec<Pass>), SpecError> {
+/// One round for every entry: drafts (up to `n_draft` each), one pass, accept, roll
+/// back. Returns per entry (accepted drafts, the next pending token).
+pub fn round(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
+    let (toks, mut rows) = {
+        let mut ds: Vec<SlotDraft<'_>> = items.iter_mut().map(|it| SlotDraft { handle: it.handle, history: it.history, pending: it.pending, n: n_draft, drafter: &mut *it.drafter }).collect();
+        let toks = draft_all(slots, &mut ds)?;
+        let rows = verify_all(slots, r, &ds, &toks)?;
+        (toks, rows)
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, it) in items.iter_mut().enumerate() {
+        let drafts = &toks[i][1..];
+        let (k, next) = accept::accept(it.sampler, &rows.logits[i], drafts);
+        rows.keep(slots, i, k + 1, it.drafter)?;
+        if !drafts.is_empty() {
+            it.stats.record(drafts.len(), k);
+        }
+        out.push((drafts[..k].to_vec(), next));
+    }
+    Ok(out)
+}
+
+/// A verify pass of several slots: each one's logits rows, its [`Pass`] (for the
+/// rollback) and, when some drafter is MTP, its hidden rows.
+pub struct Verified {
+    pub logits: Vec<Logits>,
+    passes: Vec<(SlotHandle, Pass)>,
+    hidden: Vec<Vec<f32>>,
+}
+
+impl Verified {
+    /// Keep the first `n_keep` tokens of entry `i`'s pass (its pending token and the
+    /// accepted drafts); its MTP drafter gets their hidden rows.
+    pub fn keep(&mut self, slots: &mut Slots, i: usize, n_keep: usize, drafter: &mut Drafter) -> Result<(), SpecError> {
+        let (h, pass) = &self.passes[i];
+        pass.rollback(slots.state_mut(*h)?, n_keep)?;
+        if let Drafter::Mtp(m) = drafter {
+            let rows = &self.hidden[i];
+            let e = rows.len() / pass.t.max(1);
+            m.observe_hidden(&rows[..n_keep * e]);
+        }
+        Ok(())
+    }
+}
+
+/// The verify pass of every entry: `toks[i]` (its pending token and drafts) fed to its
+/// slot in one pass with all logits, recording the recurrent histories.
+pub fn verify_all(slots: &mut Slots, r: &Runner, items: &[SlotDraft<'_>], toks: &[Vec<u32>]) -> Result<Verified, SpecError> {
+    verify::check_runner(r)?;
+    let want_h = items.iter().any(|it| matches!(it.drafter, Drafter::Mtp(_)));
+    let batch: Vec<(SlotHandle, u32)> = items.iter().map(|it| (it.handle, it.pending)).collect();
+    let (idx, mut states) = slots.take_batch(&batch)?;
+    let res = pass(r, &mut states, toks, want_h);
+    slots.put_back(&idx, states);
+    let (logits, passes, hidden) = res?;
+    let passes = items.iter().map(|it| it.handle).zip(passes).collect();
+    Ok(Verified { logits, passes, hidden })
+}
+
+type PassOut = (Vec<Logits>, Vec<Pass>, Vec<Vec<f32>>);
+
+/// The verify pass of several sequences: per sequence its rows, its [`Pass`] and (with
+/// `want_h`) its hidden rows.
+fn pass(r: &Runner, states: &mut [SeqState], toks: &[Vec<u32>], want_h: bool) -> Result<PassOut, SpecError> {
     let mut passes = Vec::with_capacity(states.len());
     for (st, t) in states.iter_mut().zip(toks) {
         if st.is_resident() || st.overflow == pn_ops::Overflow::Ring {
@@ -83,13 +143,16 @@ fn pass(r: &Runner, states: &mut [SeqState], toks: &[Vec<u32>]) -> Result<(Vec<L
         passes.push(Pass::new(rec, st.pos, t.len()));
     }
     let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(toks).map(|(s, t)| (s, &t[..])).collect();
-    let all = r.forward_multi(&mut parts)?;
+    let mut hidden_all = Vec::new();
+    let all = if want_h { verify::forward_multi_hidden(r, &mut parts, &mut hidden_all)? } else { r.forward_multi(&mut parts)? };
     let n_vocab = all.n_vocab;
-    let mut rows = Vec::with_capacity(toks.len());
+    let e = if want_h { hidden_all.len() / toks.iter().map(Vec::len).sum::<usize>().max(1) } else { 0 };
+    let (mut rows, mut hidden) = (Vec::with_capacity(toks.len()), Vec::with_capacity(toks.len()));
     let mut at = 0;
     for t in toks {
         rows.push(Logits { n_vocab, data: all.data[at * n_vocab..(at + t.len()) * n_vocab].to_vec() });
+        hidden.push(if want_h { hidden_all[at * e..(at + t.len()) * e].to_vec() } else { Vec::new() });
         at += t.len();
     }
-    Ok((rows, passes))
+    Ok((rows, passes, hidden))
 }

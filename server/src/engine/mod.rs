@@ -12,6 +12,7 @@
 
 mod prefill;
 mod schedule;
+mod speculate;
 mod step;
 
 use crate::error::ApiError;
@@ -58,6 +59,17 @@ pub struct ModelSpec {
     /// The most a decode step with prefill work in it may cost, relative to a plain decode
     /// step, while more streams run than prompts wait (> 1; `schedule.rs`).
     pub step_budget: f64,
+    /// `--draft mtp|lookup --draft-n N`: each sequence's drafts verified in the step's
+    /// pass (`speculate.rs`); None: plain decoding.
+    pub draft: Option<DraftSpec>,
+}
+
+/// Speculative decoding in the server: what makes each sequence's drafter, and the
+/// most drafts per round.
+#[derive(Clone)]
+pub struct DraftSpec {
+    pub factory: pn_engine::spec::DraftFactory,
+    pub n: usize,
 }
 
 /// What the HTTP side knows of the loaded model.
@@ -136,6 +148,8 @@ struct Seq {
     prompt_len: usize,
     cached: usize,
     last_token: Instant,
+    /// `--draft`: this sequence's drafter.
+    drafter: Option<pn_engine::spec::Drafter>,
 }
 
 struct Live {
@@ -155,6 +169,7 @@ struct Engine {
     state_cfg: StateConfig,
     chunk: usize,
     async_steps: bool,
+    draft: Option<DraftSpec>,
     /// Measured step costs: how much prefill goes into each step.
     costs: StepCosts,
     spare: Vec<SeqState>,
@@ -168,7 +183,13 @@ struct Engine {
 /// Build the engine for `spec` (memory ladders: KV format, then slots) and publish the
 /// model's info; returns the engine and the notes the ladders printed.
 fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<String>)> {
-    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps, step_budget } = spec;
+    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps, step_budget, draft } = spec;
+    if let Some(d) = &draft {
+        pn_engine::spec::Speculator::check(&runner, d.n)?;
+        if state.overflow == pn_ops::Overflow::Ring {
+            anyhow::bail!("--draft: a ring KV cache (--context-overflow ring) overwrites cells a rollback needs; use --draft none with it");
+        }
+    }
     let iv = cache.interval;
     if prefill_chunk == 0 || (iv > 0 && !iv.is_multiple_of(prefill_chunk)) {
         anyhow::bail!("--prefill-chunk: expected a divisor of the prefix-cache interval {iv}, found {prefill_chunk}");
@@ -198,6 +219,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         state_cfg: state,
         chunk: prefill_chunk,
         async_steps,
+        draft,
         costs: StepCosts::new(step_budget, n_slots),
         spare: Vec::new(),
         waiting: VecDeque::new(),
@@ -395,11 +417,13 @@ impl Engine {
                     continue;
                 }
             };
-            let task = PrefillTask::start(&mut self.cache, &self.runner, st, job.tokens.clone(), self.chunk);
+            let hidden = self.draft.as_ref().is_some_and(|d| d.factory.needs_hidden());
+            let task = PrefillTask::start(&mut self.cache, &self.runner, st, job.tokens.clone(), self.chunk, hidden);
+            let drafter = self.draft.as_ref().map(|d| d.factory.drafter(self.state_cfg.max_seq));
             let m = &self.shared.metrics;
             m.prompt_tokens.fetch_add(job.tokens.len() as u64, Ordering::Relaxed);
             m.cached_tokens.fetch_add(task.reused as u64, Ordering::Relaxed);
-            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now() };
+            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now(), drafter };
             self.prefilling.push_back((seq, task));
         }
     }

@@ -28,6 +28,9 @@ pub struct PrefillTask {
     /// The last prompt token's logits, once done.
     pub logits: Option<Vec<f32>>,
     chunk: usize,
+    /// `--draft mtp`: every prompt token's hidden row (the MTP drafter's input), kept
+    /// as the passes run; such a prefill restores no cached prefix.
+    pub hidden: Option<Vec<f32>>,
 }
 
 /// The delta rule's chunk: passes cut at its multiples compute what one pass computes.
@@ -51,9 +54,10 @@ impl PrefillTask {
     /// Start prefilling `tokens` into `st` (its content is discarded): restore the longest
     /// usable cached prefix. `chunk` ≥ 1 divides the cache's interval (checked by the
     /// caller).
-    pub fn start(cache: &mut PrefixCache, runner: &Runner, mut st: SeqState, tokens: Vec<u32>, chunk: usize) -> PrefillTask {
+    /// With `hidden` the passes keep every token's hidden row and nothing is restored.
+    pub fn start(cache: &mut PrefixCache, runner: &Runner, mut st: SeqState, tokens: Vec<u32>, chunk: usize, hidden: bool) -> PrefillTask {
         let (iv, ub, end) = (cache.config().interval, runner.ubatch.max(1), tokens.len());
-        let on = cache.config().budget_bytes > 0;
+        let on = cache.config().budget_bytes > 0 && !hidden;
         let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
         let mut done = 0;
         if on {
@@ -71,7 +75,7 @@ impl PrefillTask {
             cache.stats.hits += 1;
             cache.stats.reused_tokens += done as u64;
         }
-        PrefillTask { tokens, done, reused: done, st, logits: None, chunk: chunk.max(1) }
+        PrefillTask { tokens, done, reused: done, st, logits: None, chunk: chunk.max(1), hidden: hidden.then(Vec::new) }
     }
 
     pub fn is_done(&self) -> bool {
@@ -131,7 +135,16 @@ impl PrefillTask {
     /// while a decode step runs on the slots' worker).
     pub fn step(&mut self, cache: &mut PrefixCache, runner: &Runner) -> Result<(), RunError> {
         let Some(next) = self.pass_end(self.chunk, runner.ubatch) else { return Ok(()) };
-        let l = runner.forward(&mut self.st, &self.tokens[self.done..next], false)?;
+        let toks = &self.tokens[self.done..next];
+        let l = match &mut self.hidden {
+            Some(h) => {
+                let mut rows = Vec::new();
+                let l = pn_engine::spec::verify::forward_hidden(runner, &mut self.st, toks, false, &mut rows)?;
+                h.extend_from_slice(&rows);
+                l
+            }
+            None => runner.forward(&mut self.st, toks, false)?,
+        };
         self.passed(cache, next, l.last());
         Ok(())
     }
@@ -143,7 +156,7 @@ mod tests {
 
     /// A task of `n` tokens with `done` evaluated (the cut rule needs no model).
     fn task(n: usize, done: usize, chunk: usize) -> PrefillTask {
-        PrefillTask { tokens: vec![0; n], done, reused: 0, st: SeqState::new(vec![], 4096), logits: None, chunk }
+        PrefillTask { tokens: vec![0; n], done, reused: 0, st: SeqState::new(vec![], 4096), logits: None, chunk, hidden: None }
     }
 
     #[test]

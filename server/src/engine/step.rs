@@ -14,6 +14,9 @@ use std::time::Instant;
 impl Engine {
     /// One iteration (sync steps): decode + chosen prefill passes in one pass.
     pub(super) fn iterate(&mut self) {
+        if self.draft.is_some() {
+            return self.iterate_drafting();
+        }
         if self.async_steps {
             return self.iterate_separately(true);
         }
@@ -162,7 +165,7 @@ impl Engine {
     }
 
     /// Evaluate one pass of the oldest prefill on its own.
-    fn prefill_chunk(&mut self) {
+    pub(super) fn prefill_chunk(&mut self) {
         let Some((_, task)) = self.prefilling.front_mut() else { return };
         if let Err(e) = task.step(&mut self.cache, &self.runner) {
             let (s, t) = self.prefilling.pop_front().expect("front exists");
@@ -180,6 +183,7 @@ impl Engine {
     /// bind it to a slot for the next step.
     fn prefilled(&mut self, mut seq: Seq, task: PrefillTask) {
         let logits = task.logits.expect("done");
+        super::speculate::observe_prompt(seq.drafter.as_mut(), task.hidden.as_deref());
         if let Some(text) = &seq.job.text {
             self.shared.index.insert(text.clone(), task.tokens);
         }

@@ -40,6 +40,7 @@ pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
         prefill_chunk: 256,
         async_steps: false,
         step_budget: 1.5,
+        draft: None,
     }
 }
 

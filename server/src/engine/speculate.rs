@@ -1,0 +1,108 @@
+//! Speculative decoding in the engine's step (`pn serve --draft mtp|lookup --draft-n N`,
+//! docs/server.md): every live sequence's pending token and its own drafts (its drafter:
+//! prompt lookup over its tokens, or its own MTP block state) in ONE verify pass
+//! (pn_engine::spec::slots), each sequence then accepting by its own sampler (the
+//! generation's rejection rule, [`crate::generation::Generation::speculate`]) and rolling
+//! its state back to what it kept. Then one prefill pass of the oldest prompt alone
+//! (prompts are not mixed into verify passes). Greedy output is plain decoding's.
+
+use super::{Engine, Event, Live};
+use crate::error::ApiError;
+use crate::generation::Step;
+use pn_engine::spec::slots::{draft_all, verify_all, SlotDraft};
+use pn_engine::spec::Drafter;
+use std::sync::atomic::Ordering;
+
+impl Engine {
+    /// One iteration with drafts: the verify round of the live sequences, then one
+    /// prefill pass.
+    pub(super) fn iterate_drafting(&mut self) {
+        let stepping = std::mem::take(&mut self.live);
+        if !stepping.is_empty() {
+            self.verify_round(stepping);
+        }
+        self.prefill_chunk();
+    }
+
+    fn verify_round(&mut self, mut stepping: Vec<Live>) {
+        let n_max = self.draft.as_ref().map_or(0, |d| d.n);
+        let res = {
+            let mut ds: Vec<SlotDraft<'_>> = stepping
+                .iter_mut()
+                .map(|l| {
+                    // a finishing sequence only feeds its last token; drafts past the
+                    // generation's limit would never be taken
+                    let left = l.seq.gen.limit().saturating_sub(l.seq.gen.generated.len() + 1);
+                    let n = if l.finishing.is_some() { 0 } else { n_max.min(left) };
+                    SlotDraft { handle: l.h, history: &l.seq.fed, pending: l.next, n, drafter: l.seq.drafter.as_mut().expect("a drafter per sequence with --draft") }
+                })
+                .collect();
+            draft_all(&self.slots, &mut ds).and_then(|toks| verify_all(&mut self.slots, &self.runner, &ds, &toks).map(|v| (toks, v)))
+        };
+        let (toks, mut rows) = match res {
+            Ok(r) => r,
+            Err(e) => return self.fail(stepping, &format!("decode step: {e}")),
+        };
+        for (i, mut l) in stepping.into_iter().enumerate() {
+            let drafts = &toks[i][1..];
+            let logits = &rows.logits[i];
+            if let Some(f) = l.finishing {
+                // (a failed rollback only leaves the answer out of the prefix cache)
+                if rows.keep(&mut self.slots, i, 1, l.seq.drafter.as_mut().expect("drafter")).is_ok() {
+                    l.seq.fed.push(l.next);
+                }
+                self.finish(l, f);
+                continue;
+            }
+            if l.seq.job.events.is_closed() {
+                self.shared.metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                self.release(l.h);
+                continue;
+            }
+            if let Some(bad) = logits.data.iter().position(|x| !x.is_finite()) {
+                let msg = format!("the model produced a non-finite logit (token {}: {}); the weights may contain NaN/Inf", bad % logits.n_vocab.max(1), logits.data[bad]);
+                let _ = l.seq.job.events.send(Event::Error(ApiError::internal(msg)));
+                self.release(l.h);
+                continue;
+            }
+            self.shared.metrics.observe_inter_token(l.seq.last_token.elapsed());
+            let before = l.seq.gen.generated.len();
+            let (mut steps, k) = l.seq.gen.speculate(&self.tok, logits, drafts);
+            l.seq.last_token = std::time::Instant::now();
+            self.shared.metrics.record_generated((l.seq.gen.generated.len() - before) as u64);
+            self.shared.metrics.record_drafts(drafts.len(), k);
+            for s in &mut steps {
+                if !s.delta.is_empty() {
+                    let _ = l.seq.job.events.send(Event::Delta(std::mem::take(&mut s.delta)));
+                }
+            }
+            // the state keeps the pending token and the accepted drafts, except a last
+            // accepted draft that ended the answer without belonging to it (a stop string)
+            let last: Step = steps.pop().expect("at least one step");
+            let ends_in_draft = steps.len() < k;
+            let n_keep = if ends_in_draft && !last.feed { k } else { k + 1 };
+            let drafter = l.seq.drafter.as_mut().expect("drafter");
+            if let Err(e) = rows.keep(&mut self.slots, i, n_keep, drafter) {
+                let _ = l.seq.job.events.send(Event::Error(ApiError::internal(format!("decode step: {e}"))));
+                self.release(l.h);
+                continue;
+            }
+            l.seq.fed.push(l.next);
+            l.seq.fed.extend_from_slice(&drafts[..n_keep - 1]);
+            if ends_in_draft {
+                self.finish(l, last.finish.expect("a draft step ends only when it finishes"));
+                continue;
+            }
+            if let Some(l) = self.settle(l, last) {
+                self.live.push(l);
+            }
+        }
+    }
+}
+
+/// An MTP drafter's prompt rows: the hidden rows its prefill kept.
+pub(super) fn observe_prompt(drafter: Option<&mut Drafter>, hidden: Option<&[f32]>) {
+    if let (Some(Drafter::Mtp(m)), Some(h)) = (drafter, hidden) {
+        m.observe_hidden(h);
+    }
+}

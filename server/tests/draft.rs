@@ -1,0 +1,82 @@
+//! `pn serve --draft lookup|mtp`: each sequence's drafts verified in the step's pass.
+//! Greedy completions are the plain server's, token for token (their text over 48
+//! tokens), alone and four streams at once; `/metrics` counts the drafts.
+
+mod common;
+use common::*;
+use pn_engine::spec::{DraftFactory, MtpModel};
+use pn_engine::Gguf;
+use pn_server::DraftSpec;
+use serde_json::json;
+use std::sync::Arc;
+
+const PROMPTS: [&str; 4] = [
+    // repeats itself: prompt lookup finds drafts at once
+    "def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(a, b):\n",
+    "import os\nimport sys\n",
+    "class Parser:\n",
+    "def parse_args(argv):",
+];
+
+async fn greedy(s: &Arc<pn_server::Server>, prompt: &str) -> String {
+    let r = post(s, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": true})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["choices"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// Every prompt alone, then all four at once.
+async fn texts(s: &Arc<pn_server::Server>) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in PROMPTS {
+        out.push(greedy(s, p).await);
+    }
+    let tasks: Vec<_> = PROMPTS
+        .iter()
+        .map(|p| {
+            let s = s.clone();
+            tokio::spawn(async move { greedy(&s, p).await })
+        })
+        .collect();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+fn metric(text: &str, name: &str) -> u64 {
+    let line = text.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_else(|| panic!("no {name} in {text}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+async fn check(factory: impl Fn() -> DraftFactory, n: usize) {
+    let plain = server(config(), spec(DEFAULT, 4, 512));
+    let want = texts(&plain).await;
+    plain.stop_engine();
+    let mut sp = spec(DEFAULT, 4, 512);
+    sp.draft = Some(DraftSpec { factory: factory(), n });
+    let s = server(config(), sp);
+    let got = texts(&s).await;
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "completion {i} with drafts ×{n}");
+    }
+    let m = send(&s, "GET", "/metrics", None, &[]).await.text();
+    let (drafted, accepted) = (metric(&m, "pn_draft_tokens_total"), metric(&m, "pn_draft_accepted_tokens_total"));
+    eprintln!("drafts ×{n}: drafted {drafted}, accepted {accepted}");
+    // both paths ran: drafts kept and drafts rolled back
+    assert!(accepted > 0 && accepted < drafted, "drafted {drafted}, accepted {accepted}\n{m}");
+    assert!(m.contains("pn_draft_position_accepted_total{position=\"1\"}"), "{m}");
+    s.stop_engine();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lookup_drafts_keep_greedy_output() {
+    check(|| DraftFactory::Lookup, 4).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mtp_drafts_keep_greedy_output() {
+    let g = Arc::new(Gguf::open(&repo(DEFAULT)).unwrap());
+    let block = pn_models::qwen35moe::mtp::load(&g).unwrap();
+    let m = Arc::new(MtpModel::new(block, g, Arc::new(pn_cpu::CpuBackend::new(2))));
+    check(|| DraftFactory::Mtp(m.clone()), 2).await;
+}
