@@ -175,3 +175,34 @@ fn gguf_errors() {
     assert!(t.is_eog(3) && !t.add_bos() && t.bos().is_none());
     assert_eq!(t.pre_tokenizer(), PreTokenizer::Gpt2);
 }
+
+/// Integer metadata follows one rule (`MetaValue::as_i64`): a token type that does not fit
+/// an i32 is an error, never truncated; a special-token id outside u32 (-1, or a U64 beyond
+/// i64) means "no such token".
+#[test]
+fn integer_metadata_ranges() {
+    let base = || {
+        vec![
+            ("tokenizer.ggml.model", MetaValue::String("gpt2".into())),
+            ("tokenizer.ggml.tokens", strs(&["h", "i", "hi"])),
+            ("tokenizer.ggml.merges", strs(&["h i"])),
+        ]
+    };
+    let mut kv = base();
+    kv.push((
+        "tokenizer.ggml.token_type",
+        MetaValue::Array(vec![MetaValue::I64(1), MetaValue::I64(1 << 40), MetaValue::I64(1)]),
+    ));
+    let e = Tokenizer::from_gguf(&gguf(kv)).unwrap_err();
+    assert!(matches!(e, TokenizerError::WrongType { key: "tokenizer.ggml.token_type", .. }), "{e}");
+    let mut kv = base();
+    kv.push(("tokenizer.ggml.eos_token_id", MetaValue::I32(-1)));
+    kv.push(("tokenizer.ggml.bos_token_id", MetaValue::U64(u64::MAX)));
+    kv.push(("tokenizer.ggml.eot_token_id", MetaValue::U64(2)));
+    let t = Tokenizer::from_gguf(&gguf(kv)).unwrap();
+    assert_eq!((t.eos(), t.bos(), t.eot()), (None, None, Some(2)));
+    let mut kv = base();
+    kv.push(("tokenizer.ggml.eos_token_id", MetaValue::String("2".into())));
+    let e = Tokenizer::from_gguf(&gguf(kv)).unwrap_err();
+    assert!(matches!(e, TokenizerError::WrongType { key: "tokenizer.ggml.eos_token_id", .. }), "{e}");
+}

@@ -26,19 +26,10 @@ fn describe(v: &MetaValue) -> String {
     }
 }
 
+/// An integer of any GGUF integer type that fits in i64 (`MetaValue::as_i64`'s rule), or a
+/// BOOL as 0/1 (per-layer flag arrays).
 fn as_int(v: &MetaValue) -> Option<i64> {
-    Some(match *v {
-        MetaValue::U8(x) => x as i64,
-        MetaValue::I8(x) => x as i64,
-        MetaValue::U16(x) => x as i64,
-        MetaValue::I16(x) => x as i64,
-        MetaValue::U32(x) => x as i64,
-        MetaValue::I32(x) => x as i64,
-        MetaValue::U64(x) => i64::try_from(x).ok()?,
-        MetaValue::I64(x) => x,
-        MetaValue::Bool(b) => b as i64,
-        _ => return None,
-    })
+    v.as_i64().or_else(|| v.as_bool().map(i64::from))
 }
 
 /// Metadata of one architecture: keys are looked up as `{arch}.{suffix}`.

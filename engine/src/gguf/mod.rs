@@ -200,7 +200,7 @@ impl MetaValue {
             _ => self.type_name().to_string(),
         }
     }
-    /// Any integer type (and BOOL as 0/1) as i128, so that every value fits.
+    /// Any integer type as i128, so that every value fits (BOOL is not an integer).
     fn as_i128(&self) -> Option<i128> {
         Some(match *self {
             MetaValue::U8(v) => v.into(),

@@ -36,20 +36,6 @@ fn get_str_array(g: &Gguf, key: &'static str) -> Result<Option<Vec<String>>, Tok
     }
 }
 
-fn as_i64(v: &MetaValue) -> Option<i64> {
-    Some(match *v {
-        MetaValue::U8(x) => x as i64,
-        MetaValue::I8(x) => x as i64,
-        MetaValue::U16(x) => x as i64,
-        MetaValue::I16(x) => x as i64,
-        MetaValue::U32(x) => x as i64,
-        MetaValue::I32(x) => x as i64,
-        MetaValue::U64(x) => x.min(i64::MAX as u64) as i64,
-        MetaValue::I64(x) => x,
-        _ => return None,
-    })
-}
-
 fn get_bool(g: &Gguf, key: &'static str) -> Result<Option<bool>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
@@ -64,9 +50,9 @@ fn get_bool(g: &Gguf, key: &'static str) -> Result<Option<bool>, TokenizerError>
 fn get_id(g: &Gguf, key: &'static str) -> Result<Option<u32>, TokenizerError> {
     match g.get(key) {
         None => Ok(None),
-        Some(v) => match as_i64(v) {
-            Some(x) if (0..=u32::MAX as i64).contains(&x) => Ok(Some(x as u32)),
-            Some(_) => Ok(None), // -1 and friends: "no such token"
+        Some(v) => match v.as_i64() {
+            Some(x) => Ok(u32::try_from(x).ok()), // -1 and friends: "no such token"
+            None if v.as_u64().is_some() => Ok(None), // beyond i64: no such token either
             None => Err(TokenizerError::WrongType {
                 key,
                 expected: "integer",
@@ -118,7 +104,7 @@ impl Tokenizer {
             None => Vec::new(),
             Some(MetaValue::Array(a)) => a
                 .iter()
-                .map(|v| as_i64(v).map(|x| x as i32))
+                .map(|v| v.as_i64().and_then(|x| i32::try_from(x).ok()))
                 .collect::<Option<Vec<_>>>()
                 .ok_or(TokenizerError::WrongType {
                     key: "tokenizer.ggml.token_type",
