@@ -107,7 +107,7 @@ impl Compiled {
         let outputs = graph.outputs.iter().map(|&o| (slot(o.index()), graph.node(o).out)).collect();
         backend.reserve(&specs).map_err(|e| op_err("(MTP slots)", e))?;
         let kinds = ops.iter().map(|o: &OpCode| o.op.kind()).collect();
-        let seg = SegmentCode { arena, segment: 0, n_tokens: 0, all_logits: false, stable: false, ops };
+        let seg = SegmentCode { arena, segment: 0, n_tokens: 0, seqs: 0, all_logits: false, stable: false, ops };
         let exe = match backend.clone().compile(seg) {
             Ok(e) => e,
             Err(e) => {
