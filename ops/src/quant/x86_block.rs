@@ -75,16 +75,14 @@ pub fn vec_dot_block(
     if let Some((kind, _)) = f_kind.filter(|(_, tokens)| has_vnni() && rows >= FUSED16_MIN_ROWS && tokens.contains(&m)) {
         SCALES16.with(|pk| {
             let mut pk = pk.borrow_mut();
-            let wrb = w_ty.row_bytes(n).unwrap_or(0);
-            for g in (0..rows).step_by(16) {
-                let next = next_group(w, g, 16, rows, wstride, wrb);
+            each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_fused16::group16_fused(
                         kind,
                         n / 256,
-                        (rows - g).min(16),
+                        nr,
                         w.as_ptr().add(g * wstride),
                         wstride,
                         a.as_ptr(),
@@ -96,7 +94,7 @@ pub fn vec_dot_block(
                         next,
                     )
                 }
-            }
+            });
         });
         return true;
     }
@@ -110,10 +108,7 @@ pub fn vec_dot_block(
     if let (true, Some(kind)) = (m >= PACK_MIN_TOKENS && has_vnni(), k_kind) {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
-            let wrb = w_ty.row_bytes(n).unwrap_or(0);
-            for g in (0..rows).step_by(16) {
-                let nr = (rows - g).min(16);
-                let next = next_group(w, g, 16, rows, wstride, wrb);
+            each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), and out rows g..g+nr too.
                 unsafe {
@@ -132,22 +127,20 @@ pub fn vec_dot_block(
                         next,
                     )
                 }
-            }
+            });
         });
         return true;
     }
     if w_ty == GgmlType::Q4K && !has_vnni() && rows >= FUSED8_MIN_ROWS && FUSED8_Q4K.contains(&m) {
         SCALES8.with(|pk| {
             let mut pk = pk.borrow_mut();
-            let wrb = w_ty.row_bytes(n).unwrap_or(0);
-            for g in (0..rows).step_by(8) {
-                let next = next_group(w, g, 8, rows, wstride, wrb);
+            each_group(w, rows, 8, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
                 // (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_fused8::group8_fused(
                         n / 256,
-                        (rows - g).min(8),
+                        nr,
                         w.as_ptr().add(g * wstride),
                         wstride,
                         a.as_ptr(),
@@ -159,7 +152,7 @@ pub fn vec_dot_block(
                         next,
                     )
                 }
-            }
+            });
         });
         return true;
     }
@@ -173,16 +166,14 @@ pub fn vec_dot_block(
     if let (true, Some(kind)) = (m >= pack8_from && !has_vnni(), k8_kind) {
         PACKED8.with(|sc| {
             let mut sc = sc.borrow_mut();
-            let wrb = w_ty.row_bytes(n).unwrap_or(0);
-            for g in (0..rows).step_by(8) {
-                let next = next_group(w, g, 8, rows, wstride, wrb);
+            each_group(w, rows, 8, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: AVX2 detected; rows g..g+nr and every token are in bounds
                 // (checked by the caller), and out rows g..g+nr too.
                 unsafe {
                     x86_pack8::group8(
                         kind,
                         n / 256,
-                        (rows - g).min(8),
+                        nr,
                         w.as_ptr().add(g * wstride),
                         wstride,
                         a.as_ptr(),
@@ -194,7 +185,7 @@ pub fn vec_dot_block(
                         next,
                     )
                 }
-            }
+            });
         });
         return true;
     }
@@ -412,6 +403,16 @@ mod tests {
                 assert_eq!(old.to_bits(), new.to_bits(), "{ty} nb={nb}: {old} vs {new}");
             }
         }
+    }
+}
+
+/// `f(g, nr, next)` for each group of `group` rows of `w` (row stride `wstride`, `wrb`
+/// bytes a row): `g` its first row, `nr` ≤ `group` its rows, `next` the following group's
+/// weights to prefetch meanwhile (`next_group`): the loop of every prefetching packed kernel.
+#[inline(always)]
+fn each_group(w: &[u8], rows: usize, group: usize, wstride: usize, wrb: usize, mut f: impl FnMut(usize, usize, Option<(*const u8, usize)>)) {
+    for g in (0..rows).step_by(group) {
+        f(g, (rows - g).min(group), next_group(w, g, group, rows, wstride, wrb));
     }
 }
 
