@@ -18,7 +18,7 @@
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
 use crate::model::Model;
-use crate::runner::{Logits, RunError, Runner};
+use crate::runner::{Logits, Observer, RunError, Runner};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
 #[cfg(doc)]
@@ -302,6 +302,11 @@ impl Runner {
     /// Batch-invariant: a row is bitwise what [`Runner::forward`]
     /// gives for that sequence alone. No ubatch split: one pass holds all the tokens.
     pub fn forward_multi(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {
+        self.forward_multi_observed(parts, None)
+    }
+
+    /// [`Runner::forward_multi`] with an observer that sees every evaluated node's value.
+    pub fn forward_multi_observed(&self, parts: &mut [(&mut SeqState, &[u32])], mut observer: Option<Observer<'_>>) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();
         if parts.is_empty() {
             return Err(RunError::Empty);
@@ -322,7 +327,7 @@ impl Runner {
             lens.push(t.len());
         }
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
-        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut None)?;
+        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut observer)?;
         Ok(Logits { n_vocab, data: t.into_f32() })
     }
 }

@@ -97,44 +97,21 @@ impl Pass {
 /// runs with an observer picking that node.
 pub fn forward_hidden(r: &Runner, st: &mut SeqState, tokens: &[u32], all: bool, hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
     hidden.clear();
-    let mut obs = |n: &Node, t: &Tensor| {
-        if n.name == "result_norm" {
-            hidden.extend_from_slice(t.as_f32());
-        }
-    };
-    r.forward_observed(st, tokens, all, Some(&mut obs))
+    r.forward_observed(st, tokens, all, Some(&mut result_norm_into(hidden)))
 }
 
 /// [`Runner::forward_multi`] that also copies out every row of `result_norm` (all the
 /// sequences' tokens, in order) into `hidden`.
 pub fn forward_multi_hidden(r: &Runner, parts: &mut [(&mut SeqState, &[u32])], hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
-    let n_vocab = r.model().n_vocab();
-    let mut tokens = Vec::new();
-    let mut lens = Vec::with_capacity(parts.len());
-    for (st, t) in parts.iter() {
-        if t.is_empty() {
-            return Err(RunError::Empty);
-        }
-        if let Some(&id) = t.iter().find(|&&x| x as usize >= n_vocab) {
-            return Err(RunError::BadToken { id, n_vocab });
-        }
-        if !st.fits(t.len()) {
-            return Err(RunError::ContextFull { have: st.pos, adding: t.len(), max_seq: st.max_seq });
-        }
-        tokens.extend_from_slice(t);
-        lens.push(t.len());
-    }
-    if tokens.is_empty() {
-        return Err(RunError::Empty);
-    }
     hidden.clear();
-    let mut obs = |n: &Node, t: &Tensor| {
+    r.forward_multi_observed(parts, Some(&mut result_norm_into(hidden)))
+}
+
+/// An observer appending the `result_norm` rows of a pass to `hidden`.
+fn result_norm_into(hidden: &mut Vec<f32>) -> impl FnMut(&Node, &Tensor) + '_ {
+    move |n: &Node, t: &Tensor| {
         if n.name == "result_norm" {
             hidden.extend_from_slice(t.as_f32());
         }
-    };
-    let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
-    let mut observer: Option<crate::runner::Observer<'_>> = Some(&mut obs);
-    let t = r.eval(&mut seqs, &lens, &tokens, true, &mut observer)?;
-    Ok(Logits { n_vocab, data: t.into_f32() })
+    }
 }
