@@ -6,6 +6,7 @@
 use super::x86::{has_avx2, has_tile, has_vnni};
 use super::{x86_fused16, x86_fused8, x86_pack16, x86_pack8, x86_pack_q8, x86_tile};
 use crate::GgmlType;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// `out[r·ostride + j] = vec_dot(w_ty, n, w[r·wstride..], a[j·astride..])` for
 /// `r < rows`, `j < m` (any number of tokens), bitwise equal to the single-row kernel. Returns
@@ -67,9 +68,9 @@ pub fn vec_dot_block(
         return true;
     }
     let f_kind = match w_ty {
-        GgmlType::Q4K => Some((x86_pack16::Q4K, FUSED16_Q45)),
-        GgmlType::Q5K => Some((x86_pack16::Q5K, FUSED16_Q45)),
-        GgmlType::Q6K => Some((x86_pack16::Q6K, FUSED16_Q6K)),
+        GgmlType::Q4K => Some((x86_pack16::Q4K, knob(KNOB_FUSED_Q4K_FROM, FUSED16_Q4K.0)..=knob(KNOB_FUSED_Q4K_TO, FUSED16_Q4K.1))),
+        GgmlType::Q5K => Some((x86_pack16::Q5K, FUSED16_Q5K.0..=FUSED16_Q5K.1)),
+        GgmlType::Q6K => Some((x86_pack16::Q6K, knob(KNOB_FUSED_Q6K_FROM, FUSED16_Q6K.0)..=knob(KNOB_FUSED_Q6K_TO, FUSED16_Q6K.1))),
         _ => None,
     };
     if let Some((kind, _)) = f_kind.filter(|(_, tokens)| has_vnni() && rows >= FUSED16_MIN_ROWS && tokens.contains(&m)) {
@@ -105,7 +106,7 @@ pub fn vec_dot_block(
         GgmlType::IQ4XS => Some(x86_pack16::IQ4XS),
         _ => None,
     };
-    if let (true, Some(kind)) = (m >= PACK_MIN_TOKENS && has_vnni(), k_kind) {
+    if let (true, Some(kind)) = (m >= knob(KNOB_PACK_FROM, PACK_MIN_TOKENS) && has_vnni(), k_kind) {
         PACKED16.with(|sc| {
             let mut sc = sc.borrow_mut();
             each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
@@ -211,6 +212,35 @@ pub fn vec_dot_block(
     true
 }
 
+/// Dispatch thresholds that an in-process A/B sweep may override (`moe_bench`: every call
+/// alternates between knob sets, the only comparison this noisy 2-core box leaves
+/// meaningful); `usize::MAX` = the constant below. Never set outside benchmarks: every
+/// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
+static KNOBS: [AtomicUsize; 8] = [const { AtomicUsize::new(usize::MAX) }; 8];
+/// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
+pub const KNOB_PACK_FROM: usize = 0;
+/// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
+pub const KNOB_FUSED_Q4K_FROM: usize = 1;
+pub const KNOB_FUSED_Q4K_TO: usize = 2;
+pub const KNOB_FUSED_Q6K_FROM: usize = 3;
+pub const KNOB_FUSED_Q6K_TO: usize = 4;
+
+/// Knob `i`, or `default` when unset.
+#[inline(always)]
+fn knob(i: usize, default: usize) -> usize {
+    match KNOBS[i].load(Ordering::Relaxed) {
+        usize::MAX => default,
+        v => v,
+    }
+}
+
+/// Sets every knob (`usize::MAX`: back to the default); for benchmarks only.
+pub fn set_knobs(v: &[usize; 8]) {
+    for (k, &x) in KNOBS.iter().zip(v) {
+        k.store(x, Ordering::Relaxed);
+    }
+}
+
 /// Tokens from which rows are decoded once per 16 rows (`x86_pack16`, `x86_pack_q8`) for
 /// the whole batch; below, the per-row tile kernels. Measured on a 256-expert full-dims
 /// q4_k_m file (4 layers, 128-token prefill: ~4 tokens per expert, weights streamed from
@@ -228,16 +258,21 @@ const PACK_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS: usize = 4;
 const PACK8_MIN_TOKENS_Q6K: usize = 8;
 
-/// Tokens for which Q4_K / Q5_K (Q6_K) rows run through the fused 16-row kernels
-/// (`x86_fused16`, AVX-512 VNNI) instead of the per-row tile kernels (fewer) or
+/// Tokens (from, to) for which Q4_K / Q5_K / Q6_K rows run through the fused 16-row
+/// kernels (`x86_fused16`, AVX-512 VNNI) instead of the per-row tile kernels (fewer) or
 /// `x86_pack16` (more). Measured streaming 256 MB of weights, 256 rows per call (an
 /// expert's block), 2 threads, GB/s of weights per thread CPU time (`quant_tile::
 /// decode_stream`, Zen 4; the host's steal time left out): Q4_K m=2 22 → 27–42, m=3
-/// 18 → 27, m=4 (vs pack16) 20–22 → 19–23; Q5_K m=2 24–27 → 32–36, m=3 19 → 27–28;
-/// Q6_K m=2 32–34 → 22–31 (the tile kernel already streams at the bound), m=3 22 →
-/// 22–30, m=4 25–27 → 19–20; m=1 the tile kernel (Q6_K 43–49 vs 23–28).
-const FUSED16_Q45: std::ops::RangeInclusive<usize> = 2..=3;
-const FUSED16_Q6K: std::ops::RangeInclusive<usize> = 3..=3;
+/// 18 → 27; Q5_K m=2 24–27 → 32–36, m=3 19 → 27–28; Q6_K m=2 32–34 → 22–31 (the tile
+/// kernel already streams at the bound), m=3 22 → 22–30; m=1 the tile kernel (Q6_K
+/// 43–49 vs 23–28). m=4 (session 7, `moe_bench`, pack16 → fused, calls interleaved,
+/// best of 40, 8 streamed copies): MatMul Q4_K 2048×4096 0.43 → 0.39 ms, 4096×2048
+/// 0.45–0.51 → 0.44–0.45; Q6_K 2048×8192 1.32 → 0.95–0.97, 512×16384 0.53 → 0.44;
+/// MoeExperts, 256 experts, 64 / 128 tokens: 22.2–24.3 → 21.4–22.2 / 32.6–37.1 →
+/// 30.9–33.0 ms. (Q5_K not measured at m=4: stays on pack16.)
+const FUSED16_Q4K: (usize, usize) = (2, 4);
+const FUSED16_Q5K: (usize, usize) = (2, 3);
+const FUSED16_Q6K: (usize, usize) = (3, 4);
 /// Rows from which the fused kernels run (each pass decodes 16 rows: a single row, as
 /// from `vec_dot`, keeps the tile kernel).
 const FUSED16_MIN_ROWS: usize = 8;
