@@ -431,14 +431,28 @@ const EXPERT_ROWS: usize = 64;
 const EXPERT_ROW_TOKENS: usize = 1024;
 
 /// Active experts from which row blocks grow for experts with few tokens: below (decode:
-/// top-k experts of one token, one row-block task each would leave a thread idle at the
-/// end), `EXPERT_ROWS` rows per task as before.
-const LONG_BLOCKS_FROM_EXPERTS: usize = 64;
+/// the 8 experts of one token, where one task per expert projection would leave a thread
+/// idle at the end), `EXPERT_ROWS` rows per task. Measured (`moe_bench`, 64 experts,
+/// calls interleaved, best of 20, two pairs, Zen 4, 2 threads; from 64 → from 16):
+/// 4 tokens (25 experts) 2.22–2.37 → 1.96–1.99 ms, 8 tokens (41) 4.08–4.34 → 3.40–3.45,
+/// 16 tokens (50) 6.29–6.73 → 4.89–5.02; 256 experts, 8 tokens (58) 5.29–7.09 → 4.90–5.23;
+/// 1 token (8 experts) unchanged by construction. With 64 the 64-expert file's verify
+/// passes and K-slot steps (2–8 tokens per expert) ran 64-row tasks: a hand-off per ~0.2 M
+/// multiply-adds.
+const LONG_BLOCKS_FROM_EXPERTS: usize = 16;
+
+/// `LONG_BLOCKS_FROM_EXPERTS`, or a benchmark's override (`pn_ops::quant::set_knobs`).
+fn long_blocks_from() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    return pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_LONG_FROM, LONG_BLOCKS_FROM_EXPERTS);
+    #[cfg(not(target_arch = "x86_64"))]
+    LONG_BLOCKS_FROM_EXPERTS
+}
 
 /// Rows per task for an expert with `n` tokens among `active` active experts: a multiple
 /// of 16 (the packed kernels' group), at least `EXPERT_ROWS`.
 fn block_rows(n: usize, active: usize) -> usize {
-    if active < LONG_BLOCKS_FROM_EXPERTS {
+    if active < long_blocks_from() {
         return EXPERT_ROWS;
     }
     (EXPERT_ROW_TOKENS / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)

@@ -225,9 +225,12 @@ pub const KNOB_FUSED_Q4K_TO: usize = 2;
 pub const KNOB_FUSED_Q6K_FROM: usize = 3;
 pub const KNOB_FUSED_Q6K_TO: usize = 4;
 
+/// `KNOBS[5]`: the CPU backend's MoE `LONG_BLOCKS_FROM_EXPERTS`.
+pub const KNOB_MOE_LONG_FROM: usize = 5;
+
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
-fn knob(i: usize, default: usize) -> usize {
+pub fn knob(i: usize, default: usize) -> usize {
     match KNOBS[i].load(Ordering::Relaxed) {
         usize::MAX => default,
         v => v,
