@@ -425,10 +425,13 @@ const EXPERT_ROWS: usize = 64;
 
 /// Row × token products per parallel task: an expert with few tokens (256 experts, top-8:
 /// ~4 per expert in a 128-token batch) gets longer row blocks, so each task still
-/// carries ~2 M multiply-adds instead of a pool hand-off per 64 rows × 4 tokens.
+/// carries ~4 M multiply-adds instead of a pool hand-off per 64 rows × 4 tokens.
 /// Measured (256-expert full-dims q4_k_m, pp128, Zen 4, 2 threads, with packing from 4
-/// tokens): 748 → 787 tok/s best of 3; 2048 gave the same.
-const EXPERT_ROW_TOKENS: usize = 1024;
+/// tokens): 748 → 787 tok/s best of 3 at 1024. Session 7 (`moe_bench`, calls interleaved,
+/// two pairs, best of 10–16, 1024 → 2048): 256 experts, 128 tokens 17.3–18.2 → 16.2–16.4
+/// ms, 64 tokens 12.7–13.8 → 12.1–12.7; 64 experts, 32 / 64 tokens 8.2–8.3 → 8.0 /
+/// 6.7–6.8 → 6.4; 8 tokens unchanged (3.60–3.62).
+const EXPERT_ROW_TOKENS: usize = 2048;
 
 /// Active experts from which row blocks grow for experts with few tokens: below (decode:
 /// the 8 experts of one token, where one task per expert projection would leave a thread
@@ -449,13 +452,21 @@ fn long_blocks_from() -> usize {
     LONG_BLOCKS_FROM_EXPERTS
 }
 
+/// `EXPERT_ROW_TOKENS`, or a benchmark's override (`pn_ops::quant::set_knobs`).
+fn row_tokens() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    return pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_ROW_TOKENS, EXPERT_ROW_TOKENS);
+    #[cfg(not(target_arch = "x86_64"))]
+    EXPERT_ROW_TOKENS
+}
+
 /// Rows per task for an expert with `n` tokens among `active` active experts: a multiple
 /// of 16 (the packed kernels' group), at least `EXPERT_ROWS`.
 fn block_rows(n: usize, active: usize) -> usize {
     if active < long_blocks_from() {
         return EXPERT_ROWS;
     }
-    (EXPERT_ROW_TOKENS / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
+    (row_tokens() / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
 }
 
 /// Splits `buf` (per active expert e: `rows` × n_e floats at `rows·starts[e]`) into

@@ -225,8 +225,10 @@ pub const KNOB_FUSED_Q4K_TO: usize = 2;
 pub const KNOB_FUSED_Q6K_FROM: usize = 3;
 pub const KNOB_FUSED_Q6K_TO: usize = 4;
 
-/// `KNOBS[5]`: the CPU backend's MoE `LONG_BLOCKS_FROM_EXPERTS`.
+/// `KNOBS[5]`, `KNOBS[6]`: the CPU backend's MoE `LONG_BLOCKS_FROM_EXPERTS` and
+/// `EXPERT_ROW_TOKENS`.
 pub const KNOB_MOE_LONG_FROM: usize = 5;
+pub const KNOB_MOE_ROW_TOKENS: usize = 6;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
