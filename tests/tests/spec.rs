@@ -229,3 +229,53 @@ fn mtp_under_slots_is_plain_greedy() {
     // drafts accepted and drafts rejected (rolled back) both happened
     assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
 }
+
+/// The hidden rows handed out as a second output of the pass (`Taps::hidden`, what the
+/// MTP drafter reads) are bitwise the `result_norm` values an observer sees, for every
+/// token, with the pass split in ubatch chunks and last-row logits, and under slots;
+/// the logits are the same as without them.
+#[test]
+fn hidden_output_is_the_observed_result_norm() {
+    use pn_engine::runner::{Taps, HIDDEN_NODE};
+    for m in MODELS {
+        let (mut r, _) = load(m);
+        r.ubatch = 8;
+        let v = r.model().n_vocab() as u32;
+        let toks: Vec<u32> = (0..19).map(|i| (i * 31 + 5) % v).collect();
+        let observed = |r: &Runner, parts: &mut [(&mut pn_engine::SeqState, &[u32])]| {
+            let mut h = Vec::new();
+            let mut obs = |n: &pn_engine::Node, t: &pn_ops::Tensor| {
+                if n.name == HIDDEN_NODE {
+                    h.extend_from_slice(t.as_f32());
+                }
+            };
+            let l = if parts.len() == 1 {
+                let (st, t) = &mut parts[0];
+                r.forward_observed(st, t, false, Some(&mut obs)).unwrap()
+            } else {
+                r.forward_multi_observed(parts, Some(&mut obs)).unwrap()
+            };
+            (l, h)
+        };
+        let (mut a, mut b) = (r.new_state(64), r.new_state(64));
+        let (la, ha) = observed(&r, &mut [(&mut a, &toks[..])]);
+        let mut hb = Vec::new();
+        let lb = r.forward_hidden(&mut b, &toks, false, &mut hb).unwrap();
+        assert_eq!(ha.len(), toks.len() * (ha.len() / toks.len()), "{m}");
+        assert!(!hb.is_empty(), "{m}: no hidden rows");
+        assert_eq!(ha, hb, "{m}: hidden rows");
+        assert_eq!(la.data, lb.data, "{m}: logits");
+        assert_eq!(lb.data, r.forward(&mut r.new_state(64), &toks, false).unwrap().data, "{m}: logits without the hidden output");
+        // two sequences in one pass (3 and 2 tokens each), all logits
+        let (t1, t2) = ([7u32 % v, 9 % v, 4 % v], [2u32 % v, 8 % v]);
+        let (sa, sb) = (a.snapshot().unwrap(), b.snapshot().unwrap());
+        let (lm, hm) = observed(&r, &mut [(&mut a, &t1[..]), (&mut b, &t2[..])]);
+        a.restore(&sa).unwrap();
+        b.restore(&sb).unwrap();
+        let mut hn = Vec::new();
+        let ln = r.forward_multi_with(&mut [(&mut a, &t1[..]), (&mut b, &t2[..])], Taps::hidden(&mut hn)).unwrap();
+        assert_eq!(hm.len(), hb.len() / toks.len() * 5, "{m}: rows of the multi pass");
+        assert_eq!(hm, hn, "{m}: hidden rows under slots");
+        assert_eq!(lm.data, ln.data, "{m}: logits under slots");
+    }
+}
