@@ -279,3 +279,41 @@ fn hidden_output_is_the_observed_result_norm() {
         assert_eq!(lm.data, ln.data, "{m}: logits under slots");
     }
 }
+
+/// After every round (partial acceptance included) the MTP drafter holds exactly the
+/// main model's `result_norm` rows of the accepted text and its own KV of those pairs:
+/// each round's drafts are what a fresh drafter proposes when fed the hidden rows of
+/// the same text in one pass (a wrong row, a missed or doubled row, or a stale MTP KV
+/// cell after a rejection changes the drafts).
+#[test]
+fn mtp_drafts_follow_the_accepted_texts_hidden_rows() {
+    let (r, g) = load("default");
+    let tok = pn_engine::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+    for k in [1, 2, 3] {
+        let (mut partial, mut rounds) = (0, 0);
+        for text in ["def parse_args(argv):", "class Parser:"] {
+            let p = tok.encode(text, true);
+            let mut st = r.new_state(256);
+            let mut sp = Speculator::new(&r, mtp(&r, &g), k).unwrap();
+            let mut s = Sampler::new(SamplerConfig::greedy());
+            let mut next = s.sample(sp.prefill(&r, &mut st, &p).unwrap().last());
+            let mut ctx = p.clone();
+            while ctx.len() < p.len() + 40 {
+                ctx.push(next);
+                let (acc, nx) = sp.round(&r, &mut st, next, &mut s).unwrap();
+                // the reference: a fresh sequence and drafter fed `ctx` at once
+                let mut fresh = r.new_state(256);
+                let mut h = Vec::new();
+                r.forward_hidden(&mut fresh, &ctx[..ctx.len() - 1], false, &mut h).unwrap();
+                let Drafter::Mtp(mut d) = mtp(&r, &g) else { unreachable!() };
+                d.observe_hidden(&h);
+                assert_eq!(d.draft(&ctx, k).unwrap(), sp.last_drafts, "×{k} {text:?}: the drafts after {} tokens", ctx.len());
+                partial += (acc.len() + 1 < sp.last_drafts.len() + 1 && !acc.is_empty()) as usize;
+                rounds += 1;
+                ctx.extend(&acc);
+                next = nx;
+            }
+        }
+        assert!(rounds > 20 && (k == 1 || partial > 0), "×{k}: {rounds} rounds, {partial} partially accepted");
+    }
+}
