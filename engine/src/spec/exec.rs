@@ -180,8 +180,10 @@ impl Compiled {
         };
         let timed = self.times.is_some();
         let mut here = |_: usize, _: &Tensor| {};
-        let observe: Option<&mut dyn FnMut(usize, &Tensor)> = if self.inline { Some(&mut here) } else { None };
-        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe };
+        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe: None };
+        if self.inline {
+            io.observe = Some(&mut here);
+        }
         self.exe.run(&mut io).map_err(|e| {
             let node = e.op.map_or("(MTP graph)".to_string(), |i| format!("MTP op {i}"));
             op_err(&node, e.source)
