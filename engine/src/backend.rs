@@ -247,6 +247,12 @@ pub trait Backend: Any + Send + Sync {
     fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError>;
     /// A layer-state operation (a [`Memory::Device`] backend).
     fn state(&self, op: StateOp<'_>) -> Result<StateReply, OpError>;
+    /// Runs `f` (several passes and the host work between them: a speculative round) on
+    /// the backend's threads, so the passes it runs start there without a hand-over
+    /// each. Default: inline (host backends: [`HostKernels::run_pass`]).
+    fn enter(&self, f: &mut (dyn FnMut() + Send)) {
+        f()
+    }
 }
 
 /// The pn-ops reference kernels as a backend (single-threaded; the oracle for parity

@@ -18,7 +18,7 @@
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
 use crate::model::Model;
-use crate::runner::{Logits, Observer, RunError, Runner};
+use crate::runner::{Logits, Observer, RunError, Runner, Taps};
 use crate::state::kv::{state_bytes, StateConfig};
 use crate::state::SeqState;
 #[cfg(doc)]
@@ -306,7 +306,12 @@ impl Runner {
     }
 
     /// [`Runner::forward_multi`] with an observer that sees every evaluated node's value.
-    pub fn forward_multi_observed(&self, parts: &mut [(&mut SeqState, &[u32])], mut observer: Option<Observer<'_>>) -> Result<Logits, RunError> {
+    pub fn forward_multi_observed(&self, parts: &mut [(&mut SeqState, &[u32])], observer: Option<Observer<'_>>) -> Result<Logits, RunError> {
+        self.forward_multi_with(parts, Taps::observer(observer))
+    }
+
+    /// [`Runner::forward_multi`] handing out `taps` (e.g. every row's hidden state).
+    pub fn forward_multi_with(&self, parts: &mut [(&mut SeqState, &[u32])], mut taps: Taps<'_>) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();
         if parts.is_empty() {
             return Err(RunError::Empty);
@@ -327,7 +332,7 @@ impl Runner {
             lens.push(t.len());
         }
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
-        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut observer)?;
+        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut taps)?;
         Ok(Logits { n_vocab, data: t.into_f32() })
     }
 }

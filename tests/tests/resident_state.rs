@@ -321,3 +321,45 @@ fn prefix_cache_snapshots_are_ranged() {
         assert_eq!(mock.held_states(), 0);
     }
 }
+
+/// Slot bookkeeping on resident sequences: move, fork, compact, resize and rebind.
+/// With `mock`, asserts that none of them (nor the steps after them) moves a layer state
+/// through the host: a move is the key travelling with the state, a fork a copy on the
+/// device (`StateOp::Copy`).
+fn slot_ops(r: &Runner, mock: Option<&pn_engine::testing::ResidentMock>) -> Vec<Vec<f32>> {
+    let batch = |hs: &[SlotHandle], t: u32| -> Vec<(SlotHandle, u32)> { hs.iter().map(|&h| (h, t)).collect() };
+    let mut slots = Slots::new(6);
+    let mut hs: Vec<SlotHandle> = (0..3).map(|i| slots.bind(prefilled(r, 20 + i, 4 + 2 * i as usize)).unwrap()).collect();
+    let mut rows = vec![slots.step(r, &batch(&hs, 3)).unwrap().data];
+    if let Some(m) = mock {
+        m.reset_counts();
+    }
+    hs[2] = slots.move_to(hs[2], 5).unwrap();
+    hs.push(slots.copy_to(hs[0], 4).unwrap());
+    for (old, new) in slots.compact().unwrap() {
+        hs.iter_mut().filter(|h| **h == old).for_each(|h| *h = new);
+    }
+    assert_eq!(hs.iter().map(|h| h.slot()).collect::<Vec<_>>(), [0, 1, 3, 2]);
+    rows.push(slots.step(r, &batch(&hs, 4)).unwrap().data);
+    let hs: Vec<SlotHandle> = slots.resize(5).unwrap().into_iter().map(|s| slots.bind(s).unwrap()).collect();
+    rows.push(slots.step(r, &batch(&hs, 5)).unwrap().data);
+    if let Some(m) = mock {
+        let k = m.counts();
+        assert_eq!((k.state_uploads, k.state_downloads, k.state_snapshots), (0, 0, 0), "slot moves went through the host: {k:?}");
+        assert!(k.state_copies > 0, "the fork is a copy on the device: {k:?}");
+    }
+    rows
+}
+
+#[test]
+fn slot_moves_and_forks_stay_on_the_device() {
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let want = slot_ops(&cpu, None);
+        let got = slot_ops(&res, Some(&mock));
+        assert!(finite(&got) && got == want, "{name}: slot moves and forks differ from the CPU");
+        assert_eq!(mock.held_states(), 0, "{name}: states leaked on the mock");
+    }
+}

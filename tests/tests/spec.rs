@@ -229,3 +229,91 @@ fn mtp_under_slots_is_plain_greedy() {
     // drafts accepted and drafts rejected (rolled back) both happened
     assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
 }
+
+/// The hidden rows handed out as a second output of the pass (`Taps::hidden`, what the
+/// MTP drafter reads) are bitwise the `result_norm` values an observer sees, for every
+/// token, with the pass split in ubatch chunks and last-row logits, and under slots;
+/// the logits are the same as without them.
+#[test]
+fn hidden_output_is_the_observed_result_norm() {
+    use pn_engine::runner::{Taps, HIDDEN_NODE};
+    for m in MODELS {
+        let (mut r, _) = load(m);
+        r.ubatch = 8;
+        let v = r.model().n_vocab() as u32;
+        let toks: Vec<u32> = (0..19).map(|i| (i * 31 + 5) % v).collect();
+        let observed = |r: &Runner, parts: &mut [(&mut pn_engine::SeqState, &[u32])]| {
+            let mut h = Vec::new();
+            let mut obs = |n: &pn_engine::Node, t: &pn_ops::Tensor| {
+                if n.name == HIDDEN_NODE {
+                    h.extend_from_slice(t.as_f32());
+                }
+            };
+            let l = if parts.len() == 1 {
+                let (st, t) = &mut parts[0];
+                r.forward_observed(st, t, false, Some(&mut obs)).unwrap()
+            } else {
+                r.forward_multi_observed(parts, Some(&mut obs)).unwrap()
+            };
+            (l, h)
+        };
+        let (mut a, mut b) = (r.new_state(64), r.new_state(64));
+        let (la, ha) = observed(&r, &mut [(&mut a, &toks[..])]);
+        let mut hb = Vec::new();
+        let lb = r.forward_hidden(&mut b, &toks, false, &mut hb).unwrap();
+        assert_eq!(ha.len(), toks.len() * (ha.len() / toks.len()), "{m}");
+        assert!(!hb.is_empty(), "{m}: no hidden rows");
+        assert_eq!(ha, hb, "{m}: hidden rows");
+        assert_eq!(la.data, lb.data, "{m}: logits");
+        assert_eq!(lb.data, r.forward(&mut r.new_state(64), &toks, false).unwrap().data, "{m}: logits without the hidden output");
+        // two sequences in one pass (3 and 2 tokens each), all logits
+        let (t1, t2) = ([7u32 % v, 9 % v, 4 % v], [2u32 % v, 8 % v]);
+        let (sa, sb) = (a.snapshot().unwrap(), b.snapshot().unwrap());
+        let (lm, hm) = observed(&r, &mut [(&mut a, &t1[..]), (&mut b, &t2[..])]);
+        a.restore(&sa).unwrap();
+        b.restore(&sb).unwrap();
+        let mut hn = Vec::new();
+        let ln = r.forward_multi_with(&mut [(&mut a, &t1[..]), (&mut b, &t2[..])], Taps::hidden(&mut hn)).unwrap();
+        assert_eq!(hm.len(), hb.len() / toks.len() * 5, "{m}: rows of the multi pass");
+        assert_eq!(hm, hn, "{m}: hidden rows under slots");
+        assert_eq!(lm.data, ln.data, "{m}: logits under slots");
+    }
+}
+
+/// After every round (partial acceptance included) the MTP drafter holds exactly the
+/// main model's `result_norm` rows of the accepted text and its own KV of those pairs:
+/// each round's drafts are what a fresh drafter proposes when fed the hidden rows of
+/// the same text in one pass (a wrong row, a missed or doubled row, or a stale MTP KV
+/// cell after a rejection changes the drafts).
+#[test]
+fn mtp_drafts_follow_the_accepted_texts_hidden_rows() {
+    let (r, g) = load("default");
+    let tok = pn_engine::tokenizer::Tokenizer::from_gguf(&g).unwrap();
+    for k in [1, 2, 3] {
+        let (mut partial, mut rounds) = (0, 0);
+        for text in ["def parse_args(argv):", "class Parser:"] {
+            let p = tok.encode(text, true);
+            let mut st = r.new_state(256);
+            let mut sp = Speculator::new(&r, mtp(&r, &g), k).unwrap();
+            let mut s = Sampler::new(SamplerConfig::greedy());
+            let mut next = s.sample(sp.prefill(&r, &mut st, &p).unwrap().last());
+            let mut ctx = p.clone();
+            while ctx.len() < p.len() + 40 {
+                ctx.push(next);
+                let (acc, nx) = sp.round(&r, &mut st, next, &mut s).unwrap();
+                // the reference: a fresh sequence and drafter fed `ctx` at once
+                let mut fresh = r.new_state(256);
+                let mut h = Vec::new();
+                r.forward_hidden(&mut fresh, &ctx[..ctx.len() - 1], false, &mut h).unwrap();
+                let Drafter::Mtp(mut d) = mtp(&r, &g) else { unreachable!() };
+                d.observe_hidden(&h);
+                assert_eq!(d.draft(&ctx, k).unwrap(), sp.last_drafts, "×{k} {text:?}: the drafts after {} tokens", ctx.len());
+                partial += (acc.len() + 1 < sp.last_drafts.len() + 1 && !acc.is_empty()) as usize;
+                rounds += 1;
+                ctx.extend(&acc);
+                next = nx;
+            }
+        }
+        assert!(rounds > 20 && (k == 1 || partial > 0), "×{k}: {rounds} rounds, {partial} partially accepted");
+    }
+}

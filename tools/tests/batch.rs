@@ -128,6 +128,13 @@ fn bench_slots_prints_one_json_line() {
     for k in ["agg_tg_tok_s", "agg_tok_s", "pp_tok_s"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {v}");
     }
+    // the mode pn batch uses: synchronous on the CPU unless PN_ASYNC=1
+    assert_eq!(v["async"], false, "{v}");
+    let (code, out, err) = pn(&["bench", "--slots", "2", "--prompt-len", "3", "--gen", "2", "--reps", "2", "--threads", "2"], &[("PN_ASYNC", "1")]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON line");
+    assert_eq!((v["async"].as_bool(), v["seqs"].as_u64()), (Some(true), Some(2)), "{v}");
+    assert!(v["agg_tg_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
     let (code, _, err) = pn(&["bench", "--slots", "0", "--gen", "1", "--reps", "1"], &[]);
     assert_ne!(code, 0);
     assert!(err.contains("--slots: expected 1..=256"), "{err}");

@@ -179,6 +179,11 @@ impl<K: HostKernels> Backend for K {
     fn state(&self, _op: StateOp<'_>) -> Result<StateReply, OpError> {
         Err(err("state", format!("backend {} computes on host layer copies; it holds none", self.label())))
     }
+    /// One pass around `f`: a segment run inside it calls `run_pass` again from the
+    /// backend's own thread (the CPU pool runs it there directly, no hand-over).
+    fn enter(&self, f: &mut (dyn FnMut() + Send)) {
+        self.run_pass(f)
+    }
 }
 
 struct HostExec<K> {

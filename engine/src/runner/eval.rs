@@ -1,10 +1,10 @@
 //! One forward pass: the plan's segments in order. Per segment: the values crossing into
 //! its die and the graph inputs it reads go to its backend ([`super::moves`]), then its
 //! [`crate::backend::Executable`] runs with the pass's sequence table; the graph output
-//! is downloaded at the end.
+//! is downloaded at the end (and the hidden rows, when [`Taps::hidden`] asks for them).
 
 use super::arena::Arena;
-use super::{Compiled, Observer, RunError, Runner};
+use super::{Compiled, Observer, RunError, Runner, Taps};
 use crate::backend::{ExecError, PassIo};
 use crate::model::Geometry;
 use crate::planner::debug::Moves;
@@ -49,17 +49,18 @@ impl Runner {
 
     /// One pass over one micro-batch: the plan's segments in order. `seqs[i]` owns the
     /// next `lens[i]` tokens (several: [`Runner::forward_multi`], crate::slots). Returns
-    /// `result_output`.
+    /// `result_output`; `taps.hidden` gets the pass's [`super::HIDDEN_NODE`] rows appended.
     pub(crate) fn eval(
         &self,
         seqs: &mut [&mut SeqState],
         lens: &[usize],
         tokens: &[u32],
         all_logits: bool,
-        observer: &mut Option<Observer<'_>>,
+        taps: &mut Taps<'_>,
     ) -> Result<Tensor, RunError> {
         debug_assert_eq!(lens.iter().sum::<usize>(), tokens.len());
-        let c: std::sync::Arc<Compiled> = self.compiled(Geometry::of(lens, all_logits))?;
+        let c: std::sync::Arc<Compiled> = self.compiled_for((Geometry::of(lens, all_logits), taps.hidden.is_some()))?;
+        let observer = &mut taps.observer;
         let (graph, plan, prog) = (&*c.graph, &*c.plan, &c.prog);
         check_states(&c, seqs)?;
         let mut guard = self.arena.lock().expect("arena lock");
@@ -137,6 +138,17 @@ impl Runner {
         let mut out = arena.take(p_out);
         let node = graph.node(*graph.outputs.first().expect("checked by program::build"));
         self.download(p_out, node, &mut out, &mut moves)?;
+        if let (Some(h), Some((v, id))) = (taps.hidden.as_mut(), c.hidden) {
+            // staged in the arena's host buffer of that slot (reused pass after pass)
+            let p = phys[v as usize];
+            let mut t = arena.take(p);
+            let res = self.download(p, graph.node(id), &mut t, &mut moves);
+            if res.is_ok() {
+                h.extend_from_slice(t.as_f32());
+            }
+            *arena.get_mut(p) = Some(t);
+            res?;
+        }
         for (st, &n) in seqs.iter_mut().zip(lens) {
             st.pos += n;
         }

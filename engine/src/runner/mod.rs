@@ -11,6 +11,11 @@
 //! its layers, crate::backend): the runner moves only graph inputs (uploaded), values
 //! crossing a die boundary, the graph output and observer copies (downloaded), see
 //! `runner/moves.rs`, and runs each segment's [`Executable`], compiled once per geometry.
+//!
+//! A pass can also hand out the hidden rows after `output_norm` ([`HIDDEN_NODE`], what an
+//! MTP drafter reads): its graph then has that node as a second output (its buffer lives
+//! to the end of the pass, like the logits'), the backend runs the pass as usual and the
+//! runner downloads both ([`Taps::hidden`]). No observer: the backend's pass is the same.
 
 mod arena;
 mod eval;
@@ -73,10 +78,40 @@ pub enum RunError {
     /// A layer state could not be moved between the host and a device backend.
     #[error("{0}")]
     StateMove(#[from] crate::state::MoveError),
+    /// [`Taps::hidden`] asked of a model whose graph has no [`HIDDEN_NODE`].
+    #[error("the {arch} graph has no node {HIDDEN_NODE} (the hidden rows after output_norm) to hand out")]
+    NoHidden { arch: String },
 }
+
+/// The node whose rows [`Taps::hidden`] hands out: the hidden state after `output_norm`,
+/// `[n_embd]` per token of the pass (models/src/blocks.rs).
+pub const HIDDEN_NODE: &str = "result_norm";
 
 /// Called for every executed node with its output (tensor dumps, debugging).
 pub type Observer<'o> = &'o mut dyn FnMut(&Node, &Tensor);
+
+/// What a pass hands out besides the logits.
+#[derive(Default)]
+pub struct Taps<'o> {
+    /// Sees every evaluated node's value (the backend runs the ops on the caller's
+    /// thread for it: slower; dumps and debugging).
+    pub observer: Option<Observer<'o>>,
+    /// Receives (appended) the [`HIDDEN_NODE`] rows of every token of the pass, in
+    /// order: a second graph output, downloaded like the logits.
+    pub hidden: Option<&'o mut Vec<f32>>,
+}
+
+impl<'o> Taps<'o> {
+    pub fn observer(o: Option<Observer<'o>>) -> Taps<'o> {
+        Taps { observer: o, hidden: None }
+    }
+    pub fn hidden(h: &'o mut Vec<f32>) -> Taps<'o> {
+        Taps { observer: None, hidden: Some(h) }
+    }
+}
+
+/// A cache key: the geometry and whether the graph hands out [`HIDDEN_NODE`].
+type Key = (Geometry, bool);
 
 /// Logits of the rows that asked for them: `rows × n_vocab`, row-major.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,6 +148,8 @@ struct Compiled {
     prog: Program,
     exes: Vec<Box<dyn Executable>>,
     captured: Vec<AtomicBool>,
+    /// With a hidden output: the value computing [`HIDDEN_NODE`] and its node.
+    hidden: Option<(u32, crate::graph::NodeId)>,
 }
 
 pub struct Runner {
@@ -121,8 +158,8 @@ pub struct Runner {
     dies: Vec<Die>,
     placement: Placement,
     tensor_ix: HashMap<String, usize>,
-    graphs: Mutex<HashMap<Geometry, Arc<Graph>>>,
-    compiled: Mutex<HashMap<Geometry, Arc<Compiled>>>,
+    graphs: Mutex<HashMap<Key, Arc<Graph>>>,
+    compiled: Mutex<HashMap<Key, Arc<Compiled>>>,
     /// Maximum tokens per forward pass; longer inputs are split (state carries over).
     pub ubatch: usize,
     debug: u8,
@@ -224,24 +261,35 @@ impl Runner {
 
     /// The graph for a geometry (built once, then cached).
     pub fn graph(&self, geom: Geometry) -> Result<Arc<Graph>, RunError> {
-        if let Some(g) = self.graphs.lock().expect("graph cache lock").get(&geom) {
+        self.graph_for((geom, false))
+    }
+
+    /// The graph of `key`: with `key.1`, [`HIDDEN_NODE`] is a second output.
+    fn graph_for(&self, key: Key) -> Result<Arc<Graph>, RunError> {
+        if let Some(g) = self.graphs.lock().expect("graph cache lock").get(&key) {
             return Ok(g.clone());
         }
         let mut b = GraphBuilder::new();
-        self.model.build(geom, &mut b)?;
-        let g = Arc::new(b.finish());
+        self.model.build(key.0, &mut b)?;
+        let mut g = b.finish();
+        if key.1 {
+            let id = g.find(HIDDEN_NODE).ok_or_else(|| RunError::NoHidden { arch: self.model.arch().into() })?;
+            g.outputs.push(id);
+        }
+        let g = Arc::new(g);
         self.graphs
             .lock()
             .expect("graph cache lock")
-            .insert(geom, g.clone());
+            .insert(key, g.clone());
         Ok(g)
     }
 
     /// The geometries compiled so far (graph, plan and executables are cached per
     /// geometry), in order.
     pub fn geometries(&self) -> Vec<Geometry> {
-        let mut v: Vec<Geometry> = self.compiled.lock().expect("plan cache lock").keys().copied().collect();
+        let mut v: Vec<Geometry> = self.compiled.lock().expect("plan cache lock").keys().map(|k| k.0).collect();
         v.sort_unstable();
+        v.dedup();
         v
     }
 
@@ -298,10 +346,15 @@ impl Runner {
     }
 
     fn compiled(&self, geom: Geometry) -> Result<Arc<Compiled>, RunError> {
-        if let Some(c) = self.compiled.lock().expect("plan cache lock").get(&geom) {
+        self.compiled_for((geom, false))
+    }
+
+    fn compiled_for(&self, key: Key) -> Result<Arc<Compiled>, RunError> {
+        if let Some(c) = self.compiled.lock().expect("plan cache lock").get(&key) {
             return Ok(c.clone());
         }
-        let graph = self.graph(geom)?;
+        let geom = key.0;
+        let graph = self.graph_for(key)?;
         let plan = crate::planner::plan(&graph, &self.placement, self.model.n_layer(), geom)?;
         for s in &plan.segments {
             let die = &self.dies[s.die];
@@ -356,7 +409,13 @@ impl Runner {
             }
         }
         let exes = self.compile_segments(&graph, &plan, &prog, geom)?;
+        // the hidden output's value: the one its op writes (graph.outputs[1])
+        let hidden = graph.outputs.get(1).map(|&id| {
+            let v = prog.segs.iter().flat_map(|s| &s.ops).find(|o| o.node == id).map(|o| o.out);
+            v.map(|v| (v, id)).ok_or_else(|| RunError::Weight { name: "(plan)".into(), msg: format!("{HIDDEN_NODE} is not computed by any segment") })
+        });
         let c = Arc::new(Compiled {
+            hidden: hidden.transpose()?,
             exes,
             stateful: graph.order().filter(|&id| graph.node(id).state.is_some()).collect(),
             captured: plan
@@ -371,7 +430,7 @@ impl Runner {
         self.compiled
             .lock()
             .expect("plan cache lock")
-            .insert(geom, c.clone());
+            .insert(key, c.clone());
         Ok(c)
     }
 
@@ -428,13 +487,19 @@ impl Runner {
         self.forward_observed(st, tokens, all_logits, None)
     }
 
-    pub fn forward_observed(
-        &self,
-        st: &mut SeqState,
-        tokens: &[u32],
-        all_logits: bool,
-        mut observer: Option<Observer<'_>>,
-    ) -> Result<Logits, RunError> {
+    /// [`Runner::forward`] with an observer that sees every evaluated node's value.
+    pub fn forward_observed(&self, st: &mut SeqState, tokens: &[u32], all_logits: bool, observer: Option<Observer<'_>>) -> Result<Logits, RunError> {
+        self.forward_with(st, tokens, all_logits, Taps::observer(observer))
+    }
+
+    /// [`Runner::forward`] that also appends the [`HIDDEN_NODE`] rows of every token to
+    /// `hidden` (`[n_embd]` per token; all of them whatever `all_logits`).
+    pub fn forward_hidden(&self, st: &mut SeqState, tokens: &[u32], all_logits: bool, hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
+        self.forward_with(st, tokens, all_logits, Taps::hidden(hidden))
+    }
+
+    /// [`Runner::forward`] handing out `taps`.
+    pub fn forward_with(&self, st: &mut SeqState, tokens: &[u32], all_logits: bool, mut taps: Taps<'_>) -> Result<Logits, RunError> {
         if tokens.is_empty() {
             return Err(RunError::Empty);
         }
@@ -465,10 +530,10 @@ impl Runner {
             let last = i + 1 == n_chunks;
             let lens = [chunk.len()];
             if !all_logits && !last {
-                self.eval(&mut [&mut *st], &lens, chunk, false, &mut observer)?;
+                self.eval(&mut [&mut *st], &lens, chunk, false, &mut taps)?;
                 continue;
             }
-            let t = self.eval(&mut [&mut *st], &lens, chunk, all_logits, &mut observer)?;
+            let t = self.eval(&mut [&mut *st], &lens, chunk, all_logits, &mut taps)?;
             out.extend_from_slice(t.as_f32());
         }
         Ok(Logits { n_vocab, data: out })

@@ -41,6 +41,8 @@ pub struct Compiled {
     times: Option<Mutex<BTreeMap<&'static str, (u64, u64)>>>,
     /// Per op of the segment: its kind.
     kinds: Vec<&'static str>,
+    /// Run on the caller's thread ([`Compiled::inline`]).
+    inline: bool,
 }
 
 fn weight_err(name: &str, msg: String) -> RunError {
@@ -116,7 +118,16 @@ impl Compiled {
             }
         };
         let times = (crate::planner::debug::level_from_env() >= 2).then(|| Mutex::new(BTreeMap::new()));
-        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds })
+        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds, inline: false })
+    }
+
+    /// Runs on the caller's thread: a host backend runs an observed pass's ops there
+    /// (crate::backend::host), no hand-over to its threads and back, which costs more
+    /// than a graph of a few tiny ops (the MTP norms of one pair: a row lookup and two
+    /// RMSNorms of `n_embd`).
+    pub fn inline(mut self) -> Compiled {
+        self.inline = true;
+        self
     }
 
     pub fn graph(&self) -> &Graph {
@@ -168,7 +179,11 @@ impl Compiled {
             t_last = Instant::now();
         };
         let timed = self.times.is_some();
+        let mut here = |_: usize, _: &Tensor| {};
         let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe: None };
+        if self.inline {
+            io.observe = Some(&mut here);
+        }
         self.exe.run(&mut io).map_err(|e| {
             let node = e.op.map_or("(MTP graph)".to_string(), |i| format!("MTP op {i}"));
             op_err(&node, e.source)

@@ -194,7 +194,17 @@ impl Speculator {
     /// and up to `n_draft` drafts in one pass, keeps the accepted drafts and returns them
     /// (they are fed) and the next pending token, chosen by `sampler` (greedy or
     /// rejection sampling, accept.rs).
+    ///
+    /// The round runs inside one [`crate::backend::Backend::enter`] of die A's backend:
+    /// its draft and verify passes start on the backend's threads without a hand-over
+    /// each (on the CPU: one hand-over per round instead of one per pass).
     pub fn round(&mut self, r: &Runner, st: &mut SeqState, pending: u32, sampler: &mut Sampler) -> Result<(Vec<u32>, u32), SpecError> {
+        let mut res = None;
+        r.backend().enter(&mut || res = Some(self.round_here(r, st, pending, sampler)));
+        res.unwrap_or_else(|| Err(SpecError::Unsupported(format!("backend {} did not run the round", r.backend().name()))))
+    }
+
+    fn round_here(&mut self, r: &Runner, st: &mut SeqState, pending: u32, sampler: &mut Sampler) -> Result<(Vec<u32>, u32), SpecError> {
         self.tokens.push(pending);
         // room for the pass: the pending token and the drafts
         let room = st.max_seq.saturating_sub(st.pos + 1);

@@ -65,8 +65,15 @@ pub fn draft_all(slots: &Slots, items: &mut [SlotDraft<'_>]) -> Result<Vec<Vec<u
 }
 
 /// One round for every entry: drafts (up to `n_draft` each), one pass, accept, roll
-/// back. Returns per entry (accepted drafts, the next pending token).
+/// back. Returns per entry (accepted drafts, the next pending token). Runs inside one
+/// [`crate::backend::Backend::enter`] of die A's backend, like [`super::Speculator::round`].
 pub fn round(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
+    let mut res = None;
+    r.backend().enter(&mut || res = Some(round_here(slots, r, n_draft, items)));
+    res.unwrap_or_else(|| Err(SpecError::Unsupported(format!("backend {} did not run the round", r.backend().name()))))
+}
+
+fn round_here(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
     let (toks, mut rows) = {
         let mut ds: Vec<SlotDraft<'_>> = items.iter_mut().map(|it| SlotDraft { handle: it.handle, history: it.history, pending: it.pending, n: n_draft, drafter: &mut *it.drafter }).collect();
         let toks = draft_all(slots, &mut ds)?;

@@ -5,11 +5,10 @@
 //! restored from the history — without running anything again.
 
 use super::SpecError;
-use crate::graph::Node;
-use crate::runner::{Logits, RunError, Runner};
+use crate::runner::{Logits, RunError, Runner, Taps};
 use crate::state::SeqState;
 use pn_ops::state::history::Recording;
-use pn_ops::{LayerState, Overflow, Tensor};
+use pn_ops::{LayerState, Overflow};
 
 /// Speculative decoding needs host-owned layer states (the rollback restores them in
 /// place) and a context that does not wrap (a ring cache overwrites cells a rollback
@@ -93,25 +92,16 @@ impl Pass {
 }
 
 /// [`Runner::forward`] that also copies out `result_norm` (the hidden rows after
-/// `output_norm`, `[n_embd]` per token, every token of the pass) into `hidden`. The pass
-/// runs with an observer picking that node.
+/// `output_norm`, `[n_embd]` per token, every token of the pass) into `hidden`: a second
+/// output of the pass ([`crate::runner::Taps::hidden`]), no observer.
 pub fn forward_hidden(r: &Runner, st: &mut SeqState, tokens: &[u32], all: bool, hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
     hidden.clear();
-    r.forward_observed(st, tokens, all, Some(&mut result_norm_into(hidden)))
+    r.forward_hidden(st, tokens, all, hidden)
 }
 
 /// [`Runner::forward_multi`] that also copies out every row of `result_norm` (all the
 /// sequences' tokens, in order) into `hidden`.
 pub fn forward_multi_hidden(r: &Runner, parts: &mut [(&mut SeqState, &[u32])], hidden: &mut Vec<f32>) -> Result<Logits, RunError> {
     hidden.clear();
-    r.forward_multi_observed(parts, Some(&mut result_norm_into(hidden)))
-}
-
-/// An observer appending the `result_norm` rows of a pass to `hidden`.
-fn result_norm_into(hidden: &mut Vec<f32>) -> impl FnMut(&Node, &Tensor) + '_ {
-    move |n: &Node, t: &Tensor| {
-        if n.name == "result_norm" {
-            hidden.extend_from_slice(t.as_f32());
-        }
-    }
+    r.forward_multi_with(parts, Taps::hidden(hidden))
 }
