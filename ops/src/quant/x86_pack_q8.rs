@@ -65,6 +65,22 @@ unsafe fn dw<const F: u8>(x: *const u8) -> f32 {
 }
 use std::arch::x86_64::*;
 
+/// One packed block `pk` against one token's block `y` (corrections `corr[0..8]`):
+/// `acc[l] += d_w·d_a · (the 4-weight partial sums l of the 16 rows)`.
+#[inline(always)]
+unsafe fn block_step(pk: &PackedQ8, corr: *const i32, y: *const u8, acc: &mut [__m512; 8]) {
+    // SAFETY (whole body): y is a whole Q8_0 block, corr holds 8 i32; the caller's
+    // target features (inlined into `run`).
+    unsafe {
+        let dv = _mm512_mul_ps(pk.d, _mm512_set1_ps(f16(y)));
+        for (l, al) in acc.iter_mut().enumerate() {
+            let init = _mm512_set1_epi32(*corr.add(l));
+            let s = _mm512_dpbusd_epi32(init, pk.w[l], bcast4(y.add(2 + 4 * l)));
+            *al = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), *al);
+        }
+    }
+}
+
 /// One block of 16 rows: `w[g]` lane r = weights 4g..4g+4 of row r (+128), `d` = d_w.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
@@ -160,26 +176,30 @@ unsafe fn run<const F: u8>(
                 let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<7>(s4));
                 _mm256_storeu_si256(sc.corr.as_mut_ptr().add(8 * i) as *mut __m256i, c);
             }
-            let mut acc = [[_mm512_setzero_ps(); 2]; 8];
-            for (i, pk) in sc.pks.iter().enumerate() {
-                let y = y0.add(i * Q8_0_BYTES);
-                let dv = _mm512_mul_ps(pk.d, _mm512_set1_ps(f16(y)));
-                for (l, al) in acc.iter_mut().enumerate() {
-                    let init = _mm512_set1_epi32(*sc.corr.get_unchecked(8 * i + l));
-                    let s = _mm512_dpbusd_epi32(init, pk.w[l], bcast4(y.add(2 + 4 * l)));
-                    al[i & 1] = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), al[i & 1]);
-                }
+            // even / odd blocks' accumulators as two named arrays (a runtime parity index
+            // kept them on the stack: a store-forwarding chain per block)
+            let (mut ev, mut od) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
+            let pks = sc.pks.as_ptr();
+            let corr = sc.corr.as_ptr();
+            let mut i = 0;
+            while i + 1 < nb {
+                block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
+                block_step(&*pks.add(i + 1), corr.add(8 * i + 8), y0.add((i + 1) * Q8_0_BYTES), &mut od);
+                i += 2;
+            }
+            if i < nb {
+                block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
             }
             // the tile kernel's final sum: parities added, then hsum_ps's tree over lanes
             let s: [__m512; 8] = [
-                _mm512_add_ps(acc[0][0], acc[0][1]),
-                _mm512_add_ps(acc[1][0], acc[1][1]),
-                _mm512_add_ps(acc[2][0], acc[2][1]),
-                _mm512_add_ps(acc[3][0], acc[3][1]),
-                _mm512_add_ps(acc[4][0], acc[4][1]),
-                _mm512_add_ps(acc[5][0], acc[5][1]),
-                _mm512_add_ps(acc[6][0], acc[6][1]),
-                _mm512_add_ps(acc[7][0], acc[7][1]),
+                _mm512_add_ps(ev[0], od[0]),
+                _mm512_add_ps(ev[1], od[1]),
+                _mm512_add_ps(ev[2], od[2]),
+                _mm512_add_ps(ev[3], od[3]),
+                _mm512_add_ps(ev[4], od[4]),
+                _mm512_add_ps(ev[5], od[5]),
+                _mm512_add_ps(ev[6], od[6]),
+                _mm512_add_ps(ev[7], od[7]),
             ];
             let t = [
                 _mm512_add_ps(s[0], s[4]),
