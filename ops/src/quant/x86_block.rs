@@ -44,6 +44,8 @@ pub fn vec_dot_block(
     if let (true, Some(kind)) = (m >= PACK_MIN_TOKENS && has_vnni(), q8_kind) {
         PACKED_Q8.with(|sc| {
             let mut sc = sc.borrow_mut();
+            // SAFETY: VNNI detected; m activation rows of n/32 blocks (checked by the caller).
+            unsafe { x86_pack_q8::corrections(n / 32, a.as_ptr(), astride, m, &mut sc) };
             for g in (0..rows).step_by(16) {
                 let nr = (rows - g).min(16);
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in

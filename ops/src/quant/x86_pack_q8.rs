@@ -89,11 +89,38 @@ struct PackedQ8 {
     d: __m512,
 }
 
-/// Scratch of [`group16_q8`]: the packed blocks and one token's offset corrections.
+/// Scratch of [`group16_q8`]: the packed blocks and every token's offset corrections
+/// (`corr[8·nb·j + 8·i + l]`, token j, block i, 4-activation group l).
 #[derive(Default)]
 pub struct ScratchQ8 {
     pks: Vec<PackedQ8>,
     corr: Vec<i32>,
+}
+
+/// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
+/// `a + j·astride`) into `sc`: `−128 · (sum of each 4 activations)`, which removes the
+/// +128 of the u8 weights. Computed once per call of the row-group loop, shared by
+/// every 16-row group.
+///
+/// # Safety
+/// AVX2 + AVX-512 VL/VNNI available; `m` activation rows of `nb` blocks at `a`.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8) {
+    sc.corr.resize(8 * nb * m, 0);
+    // SAFETY (whole body): the caller's contract; corr holds 8·nb·m i32.
+    unsafe {
+        let ones = _mm256_set1_epi8(1);
+        for j in 0..m {
+            let y0 = a.add(j * astride);
+            let c0 = sc.corr.as_mut_ptr().add(8 * nb * j);
+            for i in 0..nb {
+                let q = _mm256_loadu_si256(y0.add(i * Q8_0_BYTES + 2) as *const __m256i);
+                let s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<7>(s4));
+                _mm256_storeu_si256(c0.add(8 * i) as *mut __m256i, c);
+            }
+        }
+    }
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `kind` weights `w` (stride `ws`, `nb` blocks each)
@@ -101,7 +128,8 @@ pub struct ScratchQ8 {
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
-/// activation rows of `nb` blocks, `out` holds `(nr−1)·ostride + m` floats.
+/// activation rows of `nb` blocks, `out` holds `(nr−1)·ostride + m` floats; `sc` holds
+/// [`corrections`] of these `m` activation rows.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn group16_q8(
@@ -145,7 +173,7 @@ unsafe fn run<const F: u8>(
     // SAFETY: an all-zero bit pattern is a valid PackedQ8.
     let zero: PackedQ8 = unsafe { std::mem::zeroed() };
     sc.pks.resize(nb, zero);
-    sc.corr.resize(8 * nb, 0);
+    debug_assert!(sc.corr.len() >= 8 * nb * m, "corrections() not run for these tokens");
     // SAFETY (whole body): the caller's contract; no closures (they would not inherit
     // the target features).
     unsafe {
@@ -166,21 +194,13 @@ unsafe fn run<const F: u8>(
             }
             pk.d = _mm512_loadu_ps(d.as_ptr());
         }
-        let ones = _mm256_set1_epi8(1);
         for j in 0..m {
             let y0 = a.add(j * astride);
-            // −128 · (sum of each 4 activations), the offset of the u8 weights
-            for i in 0..nb {
-                let q = _mm256_loadu_si256(y0.add(i * Q8_0_BYTES + 2) as *const __m256i);
-                let s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
-                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<7>(s4));
-                _mm256_storeu_si256(sc.corr.as_mut_ptr().add(8 * i) as *mut __m256i, c);
-            }
             // even / odd blocks' accumulators as two named arrays (a runtime parity index
             // kept them on the stack: a store-forwarding chain per block)
             let (mut ev, mut od) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
             let pks = sc.pks.as_ptr();
-            let corr = sc.corr.as_ptr();
+            let corr = sc.corr.as_ptr().add(8 * nb * j);
             let mut i = 0;
             while i + 1 < nb {
                 block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
