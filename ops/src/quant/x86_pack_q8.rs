@@ -129,7 +129,8 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
 /// activation rows of `nb` blocks, `out` holds `(nr−1)·ostride + m` floats; `sc` holds
-/// [`corrections`] of these `m` activation rows.
+/// [`corrections`] of these `m` activation rows; `next` (pointer, bytes): weights to
+/// prefetch meanwhile (the next row group).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn group16_q8(
@@ -144,14 +145,15 @@ pub unsafe fn group16_q8(
     out: &mut [f32],
     ostride: usize,
     sc: &mut ScratchQ8,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
         match kind {
-            Q4_0 => run::<Q4_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
-            IQ4NL => run::<IQ4NL>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
-            MXFP4 => run::<MXFP4>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
-            _ => run::<Q8_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc),
+            Q4_0 => run::<Q4_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            IQ4NL => run::<IQ4NL>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            MXFP4 => run::<MXFP4>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            _ => run::<Q8_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
         }
     }
 }
@@ -169,6 +171,7 @@ unsafe fn run<const F: u8>(
     out: &mut [f32],
     ostride: usize,
     sc: &mut ScratchQ8,
+    next: Option<(*const u8, usize)>,
 ) {
     // SAFETY: an all-zero bit pattern is a valid PackedQ8.
     let zero: PackedQ8 = unsafe { std::mem::zeroed() };
@@ -201,8 +204,18 @@ unsafe fn run<const F: u8>(
             let (mut ev, mut od) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
             let pks = sc.pks.as_ptr();
             let corr = sc.corr.as_ptr().add(8 * nb * j);
+            // the next rows (`next`: pointer, bytes) are prefetched during the first token,
+            // a share per block pair, so the loads stay in flight without a burst
+            let (pf_at, pf_len) = if j == 0 { next.unwrap_or((core::ptr::null(), 0)) } else { (core::ptr::null(), 0) };
+            let per_pair = pf_len.div_ceil(nb.div_ceil(2)).next_multiple_of(64);
             let mut i = 0;
             while i + 1 < nb {
+                let mut off = (i / 2) * per_pair;
+                while off < ((i / 2 + 1) * per_pair).min(pf_len) {
+                    // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+                    _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
+                    off += 64;
+                }
                 block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
                 block_step(&*pks.add(i + 1), corr.add(8 * i + 8), y0.add((i + 1) * Q8_0_BYTES), &mut od);
                 i += 2;
