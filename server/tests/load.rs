@@ -34,11 +34,15 @@ fn short_load_run_with_faults() {
     // transient buffers do not stay in the per-thread arenas
     assert!(pn_server::malloc::pin_mmap_threshold(), "mallopt(M_MMAP_THRESHOLD) failed");
     // in this test process (its runtime, the test harness) RSS still climbs during the
-    // first run of a fresh server (8 s of warm-up fills little: the slot states, the
-    // prompt index); a first run (all checks but the RSS one) brings it there, the second
-    // is checked at 5 %
-    let first = run(&["--rss-tolerance", "100"]);
-    assert!(first.contains("loadtest: all checks passed"), "{first}");
+    // first runs of a fresh server (8 s of warm-up fills little: the slot states, the
+    // prompt index, and the runner's compiled geometries — one per (tokens, sequences)
+    // pass shape met, bounded but not all warmed up front): two runs (all checks but the
+    // RSS one) bring it to its plateau, the third is checked at 5 %. With one such run
+    // the checked run still grew 3.8–5.8 % (303 → 321 MiB; 311 → 323).
+    for _ in 0..2 {
+        let pre = run(&["--rss-tolerance", "100"]);
+        assert!(pre.contains("loadtest: all checks passed"), "{pre}");
+    }
     let out = run(&[]);
     assert!(out.contains("loadtest: all checks passed"), "{out}");
 }
