@@ -144,11 +144,7 @@ fn slots(a: &BenchArgs, l: load::Loaded, cfg: &pn_engine::state::kv::StateConfig
             let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((s * 7919 + i * 13) % v) as u32).collect();
             let mut st = match first.take() {
                 Some(st) => st,
-                None => {
-                    let (st, notes) = runner.alloc_state(cfg)?;
-                    notes.iter().for_each(|n| eprintln!("{n}"));
-                    st
-                }
+                None => load::alloc_state_on(&runner, cfg)?,
             };
             runner.forward(&mut st, &prompt, false)?;
             hs.push(table.bind(st)?);

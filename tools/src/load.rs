@@ -249,7 +249,12 @@ pub fn state_config(o: &ModelOpts, max_seq: Option<usize>, kv_default: Option<pn
 
 /// A fresh sequence state through the memory ladder, printing its notes.
 pub fn alloc_state(l: &Loaded, cfg: &kv::StateConfig) -> Result<pn_engine::SeqState> {
-    let (st, notes) = l.runner.alloc_state(cfg)?;
+    alloc_state_on(&l.runner, cfg)
+}
+
+/// [`alloc_state`] on a runner already taken out of its [`Loaded`] (e.g. shared in an `Arc`).
+pub fn alloc_state_on(r: &pn_engine::Runner, cfg: &kv::StateConfig) -> Result<pn_engine::SeqState> {
+    let (st, notes) = r.alloc_state(cfg)?;
     for n in notes {
         eprintln!("{n}");
     }

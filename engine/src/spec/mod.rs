@@ -199,9 +199,7 @@ impl Speculator {
     /// its draft and verify passes start on the backend's threads without a hand-over
     /// each (on the CPU: one hand-over per round instead of one per pass).
     pub fn round(&mut self, r: &Runner, st: &mut SeqState, pending: u32, sampler: &mut Sampler) -> Result<(Vec<u32>, u32), SpecError> {
-        let mut res = None;
-        r.backend().enter(&mut || res = Some(self.round_here(r, st, pending, sampler)));
-        res.unwrap_or_else(|| Err(SpecError::Unsupported(format!("backend {} did not run the round", r.backend().name()))))
+        entered(r, || self.round_here(r, st, pending, sampler))
     }
 
     fn round_here(&mut self, r: &Runner, st: &mut SeqState, pending: u32, sampler: &mut Sampler) -> Result<(Vec<u32>, u32), SpecError> {
@@ -255,4 +253,12 @@ impl Speculator {
         }
         Ok(())
     }
+}
+
+/// `f` run inside one [`crate::backend::Backend::enter`] of `r`'s backend (a speculative
+/// round: its passes start on the backend's threads without a hand-over each).
+pub(crate) fn entered<T: Send>(r: &Runner, mut f: impl FnMut() -> Result<T, SpecError> + Send) -> Result<T, SpecError> {
+    let mut res = None;
+    r.backend().enter(&mut || res = Some(f()));
+    res.unwrap_or_else(|| Err(SpecError::Unsupported(format!("backend {} did not run the round", r.backend().name()))))
 }

@@ -68,9 +68,7 @@ pub fn draft_all(slots: &Slots, items: &mut [SlotDraft<'_>]) -> Result<Vec<Vec<u
 /// back. Returns per entry (accepted drafts, the next pending token). Runs inside one
 /// [`crate::backend::Backend::enter`] of die A's backend, like [`super::Speculator::round`].
 pub fn round(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
-    let mut res = None;
-    r.backend().enter(&mut || res = Some(round_here(slots, r, n_draft, items)));
-    res.unwrap_or_else(|| Err(SpecError::Unsupported(format!("backend {} did not run the round", r.backend().name()))))
+    super::entered(r, || round_here(slots, r, n_draft, items))
 }
 
 fn round_here(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
