@@ -53,7 +53,7 @@ fn block_matches_vec_dot_bitwise() {
         for r in 0..rows {
             w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
         }
-        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 21] {
+        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 21, 32, 47] {
             let mut acts = vec![0u8; m * st];
             for j in 0..m {
                 let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 2.0).collect();
@@ -98,7 +98,7 @@ fn block_extremes_match_vec_dot_bitwise() {
         }
         for sign in [1.0f32, -1.0] {
             for alternate in [false, true] {
-                let m = 9;
+                let m = 17;
                 let mut acts = vec![0u8; m * rb];
                 for j in 0..m {
                     let x: Vec<f32> = (0..n)
@@ -183,6 +183,25 @@ fn block_tests_pass_on_the_avx2_path() {
     assert!(out.status.success(), "AVX2 path: {text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(text.contains("block_matches_vec_dot_bitwise ... ok"), "the child ran: {text}");
     assert!(text.contains("block_fused_shapes_match_vec_dot_bitwise ... ok"), "the child ran: {text}");
+}
+
+/// The same block tests through the AVX-512 kernels (`PN_NO_AMX`) on a machine whose
+/// K-quant blocks of 8 or more tokens otherwise take the AMX tiles.
+#[test]
+fn block_tests_pass_without_amx() {
+    if std::env::var_os("PN_NO_AMX").is_some() || std::env::var_os("PN_NO_AVX512").is_some() || !pn_ops::quant::has_amx() {
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .env("PN_NO_AMX", "1")
+        .args(["block_", "--test-threads", "1"])
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "AVX-512 path: {text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("block_matches_vec_dot_bitwise ... ok"), "the child ran: {text}");
+    assert!(text.contains("block_extremes_match_vec_dot_bitwise ... ok"), "the child ran: {text}");
 }
 
 #[test]

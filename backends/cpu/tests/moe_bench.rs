@@ -130,13 +130,13 @@ fn moe_few_tokens() {
 }
 
 /// Knob sets to compare: `CFGS="a=;b=0:9,1:99"` (name=knob:value,…; `;` between sets).
-fn cfgs() -> Vec<(String, [usize; 8])> {
+fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
     let spec = std::env::var("CFGS").unwrap_or_else(|_| "base=".into());
     spec.split(';')
         .filter(|c| !c.is_empty())
         .map(|c| {
             let (name, kv) = c.split_once('=').unwrap();
-            let mut k = [usize::MAX; 8];
+            let mut k = [usize::MAX; pn_ops::quant::N_KNOBS];
             for p in kv.split(',').filter(|p| !p.is_empty()) {
                 let (i, v) = p.split_once(':').unwrap();
                 k[i.parse::<usize>().unwrap()] = v.parse().unwrap();

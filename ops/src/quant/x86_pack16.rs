@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub struct Packed16 {
-    w: [__m512i; 64],
+    pub(super) w: [__m512i; 64],
     pub(super) sc: [__m512i; 16],
     pub(super) corr: [__m512i; 8],
     pub(super) d: __m512,
@@ -192,7 +192,7 @@ pub(super) const fn block_bytes<const F: u8>() -> usize {
 /// repeat row `nr − 1`, their results are dropped) into `pk` (`pack_elements`, then the
 /// scales and d across rows).
 #[inline(always)]
-unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
+pub(super) unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
     // SAFETY (whole body): AVX-512 enabled in every caller; the caller guarantees 16 rows
     // of whole blocks at w. (No closures: they would not inherit the target features.)
     unsafe {
@@ -433,7 +433,7 @@ pub(super) unsafe fn finish16<const F: u8, const M: usize>(
 /// Scratch of [`group16`]: the packed super-blocks.
 #[derive(Default)]
 pub struct Scratch16 {
-    pks: Vec<Packed16>,
+    pub(super) pks: Vec<Packed16>,
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks each) against `m`

@@ -1,0 +1,382 @@
+//! AMX-INT8 tiles for the 16-row K-quant kernels (Intel Sapphire Rapids and later):
+//! Q4_K, Q5_K, Q6_K and IQ4_XS against 16 tokens at a time.
+//!
+//! `x86_pack16` decodes 16 weight rows into `Packed16`, whose `w` vectors hold, for a
+//! sub-block, dword lane r = 4 elements of row r: exactly the VNNI layout of an AMX `B`
+//! tile (K/4 rows of 64 bytes). The `A` tile is 16 tokens' activation bytes of the same
+//! sub-block, loaded in place (stride = the activation row stride). One `tdpbsud` (signed
+//! activations × unsigned weight codes) gives `C[token][row]` = the sub-block's products,
+//! the same i32 that `dot16`'s `vpdpbusd` chain gives token by token; each `C` row is
+//! scaled by the sub-block's scales (`vpmulld`, as `dot16`) and summed into `isum`, and
+//! `finish16` runs the float step. Integer sums are exact in any order, so every lane is
+//! bitwise the single-row kernel's (and `vec_dot`'s): results do not depend on whether a
+//! machine has AMX.
+//!
+//! Tiles: tmm0/tmm1 accumulators (16 × 64 bytes), tmm2/tmm3 `A` (16 tokens × K bytes),
+//! tmm4..tmm7 `B` (K/4 × 64 bytes), K = the sub-block's bytes (32, or 16 for Q6_K);
+//! alternating pairs so that one sub-block's tile product runs while the vector unit
+//! scales the previous one's. Each thread loads its configuration once per sub-block size
+//! (`configure`).
+
+use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::x86_pack16::{finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K, Q5K, Q6K};
+use std::arch::asm;
+use std::arch::x86_64::*;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+static AMX: AtomicU8 = AtomicU8::new(0);
+
+/// AMX-TILE + AMX-INT8 usable (CPU support, the OS's XSAVE state enabled, and Linux's
+/// permission to use the tile data granted to this process), on top of AVX-512 VNNI;
+/// detected once. Setting `PN_NO_AMX` keeps the AVX-512 kernels.
+pub fn has_amx() -> bool {
+    match AMX.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let ok = super::x86::has_vnni() && std::env::var_os("PN_NO_AMX").is_none() && detect();
+            AMX.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
+            ok
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn detect() -> bool {
+    let (l1, l7) = (__cpuid(1), __cpuid_count(7, 0));
+    let osxsave = (l1.ecx >> 27) & 1 == 1;
+    let (tile, int8) = ((l7.edx >> 24) & 1 == 1, (l7.edx >> 25) & 1 == 1);
+    if !(osxsave && tile && int8) {
+        return false;
+    }
+    let xcr0: u32;
+    // SAFETY: OSXSAVE is set, so xgetbv(0) is allowed; it only reads XCR0.
+    unsafe { asm!("xgetbv", in("ecx") 0u32, out("eax") xcr0, out("edx") _, options(nomem, nostack, preserves_flags)) };
+    // XTILECFG (bit 17) and XTILEDATA (bit 18) enabled by the OS
+    if (xcr0 >> 17) & 3 != 3 {
+        return false;
+    }
+    // arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): Linux hands the 8 KB tile state
+    // to a process only when asked (per process, for every thread).
+    let r: i64;
+    // SAFETY: a plain system call; it reads and writes no memory of ours.
+    unsafe {
+        asm!("syscall", inlateout("rax") 158i64 => r, in("rdi") 0x1023i64, in("rsi") 18i64,
+             lateout("rcx") _, lateout("r11") _, options(nostack));
+    }
+    r == 0
+}
+
+#[cfg(not(target_os = "linux"))]
+fn detect() -> bool {
+    false
+}
+
+thread_local! {
+    /// The sub-block bytes this thread's tile configuration was loaded for (0: none).
+    static CONFIGURED: Cell<u8> = const { Cell::new(0) };
+}
+
+#[repr(C, align(64))]
+struct TileConfig([u8; 64]);
+
+/// Loads this thread's tile configuration for sub-blocks of `k` bytes (16 or 32), unless
+/// it already is.
+///
+/// # Safety
+/// `has_amx()` returned true.
+unsafe fn configure(k: usize) {
+    CONFIGURED.with(|c| {
+        if c.get() as usize == k {
+            return;
+        }
+        let mut t = TileConfig([0; 64]);
+        t.0[0] = 1; // palette 1
+        let mut set = |tile: usize, rows: u8, colsb: u16| {
+            t.0[16 + 2 * tile..18 + 2 * tile].copy_from_slice(&colsb.to_le_bytes());
+            t.0[48 + tile] = rows;
+        };
+        for tile in 0..2 {
+            set(tile, 16, 64); // C: 16 tokens × 16 rows (i32)
+            set(2 + tile, 16, k as u16); // A: 16 tokens × k activation bytes
+        }
+        for tile in 4..8 {
+            set(tile, (k / 4) as u8, 64); // B: k/4 dwords × 16 rows
+        }
+        // SAFETY: AMX is usable (the caller); the configuration is a valid palette-1 one.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) t.0.as_ptr(), options(nostack, readonly)) };
+        c.set(k as u8);
+    });
+}
+
+/// One sub-block's tile product into `c` (16 tokens × 16 rows, i32): `A` = 16 rows of
+/// `K` bytes at `a` (stride `astride`), `B` = the packed vectors at `b`. Pair `P` of tiles.
+#[inline(always)]
+unsafe fn tile_product<const P: usize>(a: *const u8, astride: usize, b: *const __m512i, c: *mut [i32; 256]) {
+    // SAFETY: the caller configured the tiles and guarantees 16 rows of K bytes at `a`,
+    // K/4 vectors at `b`, and 1 KB writable at `c`.
+    unsafe {
+        asm!(
+            "tilezero tmm{p}",
+            "tileloadd tmm{pa}, [{a} + {s}*1]",
+            "tileloadd tmm{pb}, [{b} + {bs}*1]",
+            "tdpbsud tmm{p}, tmm{pa}, tmm{pb}",
+            "tilestored [{c} + {bs}*1], tmm{p}",
+            p = const P, pa = const 2 + P, pb = const 4 + P,
+            a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize, c = in(reg) c,
+            options(nostack),
+        );
+    }
+}
+
+/// `isum[j] += C[j] · sc` (lane r = row r): `dot16`'s scale step for 16 tokens.
+#[inline(always)]
+unsafe fn scale_add(c: &[i32; 256], sc: __m512i, isum: &mut [__m512i; 16]) {
+    for (j, is) in isum.iter_mut().enumerate() {
+        // SAFETY: 16 readable i32 at row j of `c`; AVX-512 enabled in every caller.
+        unsafe { *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_loadu_si512(c[16 * j..].as_ptr() as *const _), sc)) };
+    }
+}
+
+/// The integer sums of packed super-block `pk` for 16 tokens whose Q8_K blocks start at
+/// `y + j·astride` (`F`: the dot formula, Q4K / Q6K / IQ4XS).
+#[inline(always)]
+unsafe fn isums16<const F: u8>(pk: &Packed16, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 2]) -> [__m512i; 16] {
+    let (ns, k) = if F == Q6K { (16, 16) } else { (8, 32) };
+    let gs = k / 4;
+    let mut isum = [_mm512_setzero_si512(); 16];
+    // SAFETY (whole body): the caller's contract; sub-block s's activation bytes are
+    // at `y + Q8_K_QS + k·s`, its packed vectors at `pk.w[gs·s..]`.
+    unsafe {
+        let q = y.add(Q8_K_QS);
+        let w = pk.w.as_ptr();
+        tile_product::<0>(q, astride, w, &mut buf[0]);
+        for s in 0..ns {
+            // the next sub-block's product (the other tile pair) before this one's scaling
+            if s + 1 < ns {
+                let (a1, b1) = (q.add(k * (s + 1)), w.add(gs * (s + 1)));
+                if s % 2 == 0 {
+                    tile_product::<1>(a1, astride, b1, &mut buf[1]);
+                } else {
+                    tile_product::<0>(a1, astride, b1, &mut buf[0]);
+                }
+            }
+            scale_add(&buf[s % 2], pk.sc[s], &mut isum);
+        }
+    }
+    isum
+}
+
+/// A packed Q4_K / Q5_K super-block with the scales folded into the codes, in two parts:
+/// scale = 2^SHIFT·hi + lo (Q4_K: SHIFT 4, codes < 16; Q5_K: SHIFT 3, codes < 32), so
+/// that code·lo and code·hi are bytes (< 256) and a whole super-block (4 tile products
+/// of 64 elements per part) sums in the accumulators: `isum` = (C_hi << SHIFT) + C_lo,
+/// the same exact integer as Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Split {
+    hi: [__m512i; 64],
+    lo: [__m512i; 64],
+}
+
+/// `pk`'s codes times the two parts of each sub-block's scale (lane r = row r) into `out`.
+#[inline(always)]
+unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
+    // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the codes
+    // with (part, 0) i16 pairs gives the even bytes' products, with (0, part) the odd
+    // ones', each < 256 in its word (no saturation).
+    unsafe {
+        let low = _mm512_set1_epi32((1 << SHIFT) - 1);
+        for s in 0..8 {
+            let sc = pk.sc[s];
+            let parts = [_mm512_srli_epi32::<SHIFT>(sc), _mm512_and_si512(sc, low)];
+            for (pi, &p) in parts.iter().enumerate() {
+                let even = _mm512_or_si512(p, _mm512_slli_epi32::<16>(p));
+                let odd = _mm512_slli_epi16::<8>(even);
+                let dst = if pi == 0 { &mut out.hi } else { &mut out.lo };
+                for g in 0..8 {
+                    let w = pk.w[8 * s + g];
+                    let e = _mm512_maddubs_epi16(w, even);
+                    let o = _mm512_maddubs_epi16(w, odd);
+                    dst[8 * s + g] = _mm512_or_si512(e, _mm512_slli_epi16::<8>(o));
+                }
+            }
+        }
+    }
+}
+
+/// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
+/// `y + j·astride`: 8 tile products of 64 elements, two stores.
+#[inline(always)]
+unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 2]) -> [__m512i; 16] {
+    let mut isum = [_mm512_setzero_si512(); 16];
+    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
+    // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
+    // `hi/lo[16c..]`.
+    unsafe {
+        let q = y.add(Q8_K_QS);
+        let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
+        macro_rules! chunk {
+            ($c:expr, $ta:literal, $th:literal, $tl:literal) => {
+                asm!(
+                    "tileloadd tmm{ta}, [{a} + {s}*1]",
+                    "tileloadd tmm{th}, [{h} + {bs}*1]",
+                    "tileloadd tmm{tl}, [{l} + {bs}*1]",
+                    "tdpbsud tmm0, tmm{ta}, tmm{th}",
+                    "tdpbsud tmm1, tmm{ta}, tmm{tl}",
+                    ta = const $ta, th = const $th, tl = const $tl,
+                    a = in(reg) q.add(64 * $c), s = in(reg) astride,
+                    h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
+                    options(nostack),
+                )
+            };
+        }
+        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        chunk!(0, 2, 4, 5);
+        chunk!(1, 3, 6, 7);
+        chunk!(2, 2, 4, 5);
+        chunk!(3, 3, 6, 7);
+        asm!(
+            "tilestored [{c0} + {bs}*1], tmm0",
+            "tilestored [{c1} + {bs}*1], tmm1",
+            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(), bs = in(reg) 64usize,
+            options(nostack),
+        );
+        for (j, is) in isum.iter_mut().enumerate() {
+            let h = _mm512_loadu_si512(buf[0][16 * j..].as_ptr() as *const _);
+            let l = _mm512_loadu_si512(buf[1][16 * j..].as_ptr() as *const _);
+            *is = _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(h), l);
+        }
+    }
+    isum
+}
+
+/// Tokens from which Q4_K / Q5_K take the split form (its folding costs about what one
+/// 16-token tile saves).
+const SPLIT_MIN_TOKENS: usize = 32;
+
+/// Scratch of [`group16`]: the packed super-blocks and the accumulator stores.
+#[derive(Default)]
+pub struct ScratchAmx {
+    pk: Scratch16,
+    split: Vec<Split>,
+    c: Vec<[[i32; 256]; 2]>,
+}
+
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks of format `kind`)
+/// against `m` tokens at `a + j·astride` (Q8_K): `out[r·ostride + j]`. Tokens go 16 at a
+/// time; the last `m % 16` come from `tail`, a copy of them padded with zero rows to 16
+/// (same stride). `next` (pointer, bytes): the weights to prefetch meanwhile.
+///
+/// # Safety
+/// `has_amx()` returned true; `nr` rows of `nb` blocks at `w`; `m` tokens of `nb` Q8_K
+/// blocks at `a + j·astride` and, when `m % 16 != 0`, 16 at `tail`; `out` holds
+/// `(nr−1)·ostride + m` floats.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub unsafe fn group16(
+    kind: u8,
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    tail: *const u8,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut ScratchAmx,
+    next: Option<(*const u8, usize)>,
+) {
+    // SAFETY (whole body): the caller's contract.
+    unsafe {
+        match kind {
+            IQ4XS => run::<IQ4XS, IQ4XS>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
+            Q6K => run::<Q6K, Q6K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
+            Q5K => run::<Q5K, Q4K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
+            _ => run::<Q4K, Q4K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
+        }
+    }
+}
+
+/// `group16` for format `F` (packing) with dot formula `D`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run<const F: u8, const D: u8>(
+    nb: usize,
+    nr: usize,
+    w: *const u8,
+    ws: usize,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    tail: *const u8,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut ScratchAmx,
+    next: Option<(*const u8, usize)>,
+) {
+    // SAFETY (whole body): the caller's contract; AMX usable.
+    unsafe {
+        // Q4_K / Q5_K with two or more token tiles: scales folded into the codes (`Split`)
+        let split_from = super::x86_block::knob(super::x86_block::KNOB_AMX_SPLIT_FROM, SPLIT_MIN_TOKENS);
+        let split_shift = match F {
+            Q4K if m >= split_from => 4,
+            Q5K if m >= split_from => 3,
+            _ => 0,
+        };
+        configure(if split_shift > 0 { 64 } else if D == Q6K { 16 } else { 32 });
+        // SAFETY: an all-zero bit pattern is a valid Packed16.
+        sc.pk.pks.resize(nb, std::mem::zeroed());
+        for i in 0..nb {
+            pack16::<F>(w, ws, nr, i, &mut sc.pk.pks[i]);
+        }
+        if split_shift > 0 {
+            sc.split.resize(nb, std::mem::zeroed());
+            for (pk, sp) in sc.pk.pks.iter().zip(sc.split.iter_mut()) {
+                if split_shift == 4 {
+                    split::<4>(pk, sp);
+                } else {
+                    split::<3>(pk, sp);
+                }
+            }
+        }
+        if sc.c.is_empty() {
+            sc.c.push([[0; 256]; 2]);
+        }
+        let buf = &mut sc.c[0];
+        // the next rows load while the first token tile computes
+        if let Some((p, len)) = next {
+            let mut off = 0;
+            while off < len {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
+                off += 64;
+            }
+        }
+        let mut t0 = 0;
+        while t0 < m {
+            let mt = 16.min(m - t0);
+            let at = if mt == 16 { a.add(t0 * astride) } else { tail };
+            let mut sumf = [_mm512_setzero_ps(); 16];
+            for (i, pk) in sc.pk.pks.iter().enumerate() {
+                let y = at.add(i * Q8_K_BYTES);
+                let isum = match split_shift {
+                    4 => isums16_split::<4>(&sc.split[i], y, astride, buf),
+                    3 => isums16_split::<3>(&sc.split[i], y, astride, buf),
+                    _ => isums16::<D>(pk, y, astride, buf),
+                };
+                finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+            }
+            for (j, v) in sumf.iter().enumerate().take(mt) {
+                let mut l = [0f32; 16];
+                _mm512_storeu_ps(l.as_mut_ptr(), *v);
+                for (r, &x) in l.iter().enumerate().take(nr) {
+                    out[r * ostride + t0 + j] = x;
+                }
+            }
+            t0 += mt;
+        }
+    }
+}
