@@ -53,7 +53,7 @@ fn block_matches_vec_dot_bitwise() {
         for r in 0..rows {
             w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
         }
-        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 21, 32, 47] {
+        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 21, 32, 47, 130] {
             let mut acts = vec![0u8; m * st];
             for j in 0..m {
                 let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 2.0).collect();

@@ -139,30 +139,30 @@ unsafe fn scale_add(c: &[i32; 256], sc: __m512i, isum: &mut [__m512i; 16]) {
     }
 }
 
-/// The integer sums of packed super-block `pk` for 16 tokens whose Q8_K blocks start at
-/// `y + j·astride` (`F`: the dot formula, Q4K / Q6K / IQ4XS).
+/// The integer sums of packed super-block `pk` (32-element sub-blocks: Q4_K, Q5_K,
+/// IQ4_XS) for 16 tokens whose Q8_K blocks start at `y + j·astride`, one tile product per
+/// sub-block.
 #[inline(always)]
-unsafe fn isums16<const F: u8>(pk: &Packed16, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 2]) -> [__m512i; 16] {
-    let (ns, k) = if F == Q6K { (16, 16) } else { (8, 32) };
-    let gs = k / 4;
+unsafe fn isums16(pk: &Packed16, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
+    let (ns, k, gs) = (8, 32, 8);
     let mut isum = [_mm512_setzero_si512(); 16];
     // SAFETY (whole body): the caller's contract; sub-block s's activation bytes are
     // at `y + Q8_K_QS + k·s`, its packed vectors at `pk.w[gs·s..]`.
     unsafe {
         let q = y.add(Q8_K_QS);
         let w = pk.w.as_ptr();
-        tile_product::<0>(q, astride, w, &mut buf[0]);
+        tile_product::<0>(q, astride, w, buf[0]);
         for s in 0..ns {
             // the next sub-block's product (the other tile pair) before this one's scaling
             if s + 1 < ns {
                 let (a1, b1) = (q.add(k * (s + 1)), w.add(gs * (s + 1)));
                 if s % 2 == 0 {
-                    tile_product::<1>(a1, astride, b1, &mut buf[1]);
+                    tile_product::<1>(a1, astride, b1, buf[1]);
                 } else {
-                    tile_product::<0>(a1, astride, b1, &mut buf[0]);
+                    tile_product::<0>(a1, astride, b1, buf[0]);
                 }
             }
-            scale_add(&buf[s % 2], pk.sc[s], &mut isum);
+            scale_add(buf[s % 2], pk.sc[s], &mut isum);
         }
     }
     isum
@@ -209,7 +209,7 @@ unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
 /// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
 /// `y + j·astride`: 8 tile products of 64 elements, two stores.
 #[inline(always)]
-unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 2]) -> [__m512i; 16] {
+unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
     let mut isum = [_mm512_setzero_si512(); 16];
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
@@ -252,16 +252,107 @@ unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usi
     isum
 }
 
-/// Tokens from which Q4_K / Q5_K take the split form (its folding costs about what one
-/// 16-token tile saves).
-const SPLIT_MIN_TOKENS: usize = 32;
+/// A packed Q6_K super-block with its signed scales folded into the codes through base-4
+/// digits in −2..2 (scale = Σ 4^i·d_i, three digits in −2..1 and the rest): `b[i]` =
+/// code·d_i, in −126..126, so signed bytes, and the super-block sums in four accumulators (4 tile
+/// products of 64 elements each): `isum` = Σ 4^i·C_i, the exact integer of
+/// Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+pub struct Digits {
+    b: [[__m512i; 64]; 4],
+}
+
+/// `pk`'s Q6_K codes times each base-4 digit of the sub-block scales into `out`.
+#[inline(always)]
+unsafe fn digits(pk: &Packed16, out: &mut Digits) {
+    // SAFETY (whole body): AVX-512 BW enabled in every caller; products in −126..126 never
+    // saturate `vpmaddubsw` and their low bytes are the signed bytes.
+    unsafe {
+        let (two, three, low) = (_mm512_set1_epi32(2), _mm512_set1_epi32(3), _mm512_set1_epi16(0xff));
+        for s in 0..16 {
+            let mut x = pk.sc[s];
+            for i in 0..4 {
+                // d = ((x + 2) mod 4) − 2 ∈ −2..1, x = (x − d) / 4 (exact); what is left
+                // after three digits, −2..2, is the fourth
+                let d = if i < 3 { _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(x, two), three), two) } else { x };
+                x = _mm512_srai_epi32::<2>(_mm512_sub_epi32(x, d));
+                // (d, 0) i16 pairs: d's low byte then zero (d sign-extended would spill into
+                // the odd byte's product)
+                let dl = _mm512_and_si512(d, _mm512_set1_epi32(0xff));
+                let even = _mm512_or_si512(dl, _mm512_slli_epi32::<16>(dl));
+                let odd = _mm512_slli_epi16::<8>(even);
+                for g in 0..4 {
+                    let w = pk.w[4 * s + g];
+                    let e = _mm512_and_si512(_mm512_maddubs_epi16(w, even), low);
+                    let o = _mm512_slli_epi16::<8>(_mm512_maddubs_epi16(w, odd));
+                    out.b[i][4 * s + g] = _mm512_or_si512(e, o);
+                }
+            }
+        }
+    }
+}
+
+/// The integer sums of digit super-block `dg` for 16 tokens whose Q8_K blocks start at
+/// `y + j·astride`: 16 tile products of 64 elements, four stores.
+#[inline(always)]
+unsafe fn isums16_digits(dg: &Digits, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) -> [__m512i; 16] {
+    let mut isum = [_mm512_setzero_si512(); 16];
+    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
+    // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, digit i's codes at
+    // `b[i][16c..]`.
+    unsafe {
+        let q = y.add(Q8_K_QS);
+        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        for c in 0..4 {
+            asm!(
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tileloadd tmm5, [{b0} + {bs}*1]",
+                "tileloadd tmm6, [{b1} + {bs}*1]",
+                "tileloadd tmm7, [{b2} + {bs}*1]",
+                "tdpbssd tmm0, tmm4, tmm5",
+                "tdpbssd tmm1, tmm4, tmm6",
+                "tdpbssd tmm2, tmm4, tmm7",
+                "tileloadd tmm5, [{b3} + {bs}*1]",
+                "tdpbssd tmm3, tmm4, tmm5",
+                a = in(reg) q.add(64 * c), s = in(reg) astride,
+                b0 = in(reg) dg.b[0].as_ptr().add(16 * c), b1 = in(reg) dg.b[1].as_ptr().add(16 * c),
+                b2 = in(reg) dg.b[2].as_ptr().add(16 * c), b3 = in(reg) dg.b[3].as_ptr().add(16 * c),
+                bs = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        asm!(
+            "tilestored [{c0} + {bs}*1], tmm0",
+            "tilestored [{c1} + {bs}*1], tmm1",
+            "tilestored [{c2} + {bs}*1], tmm2",
+            "tilestored [{c3} + {bs}*1], tmm3",
+            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
+            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
+            options(nostack),
+        );
+        for (j, is) in isum.iter_mut().enumerate() {
+            let ld = |i: usize| _mm512_loadu_si512(buf[i][16 * j..].as_ptr() as *const _);
+            let v = _mm512_add_epi32(_mm512_slli_epi32::<2>(ld(3)), ld(2));
+            let v = _mm512_add_epi32(_mm512_slli_epi32::<2>(v), ld(1));
+            *is = _mm512_add_epi32(_mm512_slli_epi32::<2>(v), ld(0));
+        }
+    }
+    isum
+}
+
+/// Tokens from which Q4_K / Q5_K take the split form and Q6_K the digit form (folding
+/// the scales costs about what one 16-token tile saves); Q6_K below it stays on
+/// `x86_pack16` (its 16-element sub-blocks would make quarter-size tile products).
+pub(super) const SPLIT_MIN_TOKENS: usize = 32;
 
 /// Scratch of [`group16`]: the packed super-blocks and the accumulator stores.
 #[derive(Default)]
 pub struct ScratchAmx {
     pk: Scratch16,
     split: Vec<Split>,
-    c: Vec<[[i32; 256]; 2]>,
+    digits: Vec<Digits>,
+    c: Vec<[[i32; 256]; 4]>,
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks of format `kind`)
@@ -327,11 +418,18 @@ unsafe fn run<const F: u8, const D: u8>(
             Q5K if m >= split_from => 3,
             _ => 0,
         };
-        configure(if split_shift > 0 { 64 } else if D == Q6K { 16 } else { 32 });
+        debug_assert!(F != Q6K || m >= split_from, "Q6_K takes the AMX path from split_from tokens");
+        configure(if split_shift > 0 || F == Q6K { 64 } else { 32 });
         // SAFETY: an all-zero bit pattern is a valid Packed16.
         sc.pk.pks.resize(nb, std::mem::zeroed());
         for i in 0..nb {
             pack16::<F>(w, ws, nr, i, &mut sc.pk.pks[i]);
+        }
+        if F == Q6K {
+            sc.digits.resize(nb, std::mem::zeroed());
+            for (pk, dg) in sc.pk.pks.iter().zip(sc.digits.iter_mut()) {
+                digits(pk, dg);
+            }
         }
         if split_shift > 0 {
             sc.split.resize(nb, std::mem::zeroed());
@@ -344,7 +442,7 @@ unsafe fn run<const F: u8, const D: u8>(
             }
         }
         if sc.c.is_empty() {
-            sc.c.push([[0; 256]; 2]);
+            sc.c.push([[0; 256]; 4]);
         }
         let buf = &mut sc.c[0];
         // the next rows load while the first token tile computes
@@ -362,10 +460,12 @@ unsafe fn run<const F: u8, const D: u8>(
             let mut sumf = [_mm512_setzero_ps(); 16];
             for (i, pk) in sc.pk.pks.iter().enumerate() {
                 let y = at.add(i * Q8_K_BYTES);
+                let [b0, b1, _, _] = &mut *buf;
                 let isum = match split_shift {
-                    4 => isums16_split::<4>(&sc.split[i], y, astride, buf),
-                    3 => isums16_split::<3>(&sc.split[i], y, astride, buf),
-                    _ => isums16::<D>(pk, y, astride, buf),
+                    _ if F == Q6K => isums16_digits(&sc.digits[i], y, astride, buf),
+                    4 => isums16_split::<4>(&sc.split[i], y, astride, [b0, b1]),
+                    3 => isums16_split::<3>(&sc.split[i], y, astride, [b0, b1]),
+                    _ => isums16(pk, y, astride, [b0, b1]),
                 };
                 finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
             }
@@ -377,6 +477,43 @@ unsafe fn run<const F: u8, const D: u8>(
                 }
             }
             t0 += mt;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn digits_rebuild_code_times_scale() {
+        if !has_amx() {
+            return;
+        }
+        // SAFETY: AVX-512 present (has_amx); all-zero Packed16 / Digits are valid.
+        unsafe {
+            let mut pk: Packed16 = std::mem::zeroed();
+            let mut w = [0u8; 64 * 64];
+            for (i, b) in w.iter_mut().enumerate() {
+                *b = ((i * 37 + 11) % 64) as u8;
+            }
+            pk.w = std::mem::transmute::<[u8; 4096], [__m512i; 64]>(w);
+            let mut sc = [0i32; 256];
+            for (i, v) in sc.iter_mut().enumerate() {
+                *v = ((i * 97) % 256) as i32 - 128;
+            }
+            pk.sc = std::mem::transmute::<[i32; 256], [__m512i; 16]>(sc);
+            let mut dg: Digits = std::mem::zeroed();
+            digits(&pk, &mut dg);
+            let b: [[i8; 4096]; 4] = std::mem::transmute(dg.b);
+            for v in 0..64 {
+                let s = v / 4;
+                for byte in 0..64 {
+                    let lane = byte / 4;
+                    let want = w[v * 64 + byte] as i32 * sc[s * 16 + lane];
+                    let got: i32 = (0..4).map(|i| (b[i][v * 64 + byte] as i32) << (2 * i)).sum();
+                    assert_eq!(got, want, "vector {v} byte {byte}");
+                }
+            }
         }
     }
 }
