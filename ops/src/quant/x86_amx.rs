@@ -19,7 +19,7 @@
 //! (`configure`).
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{self, finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -344,7 +344,11 @@ unsafe fn isums16_digits(dg: &Digits, y: *const u8, astride: usize, buf: &mut [[
 /// Tokens from which Q4_K / Q5_K take the split form and Q6_K the digit form (folding
 /// the scales costs about what one 16-token tile saves); Q6_K below it stays on
 /// `x86_pack16` (its 16-element sub-blocks would make quarter-size tile products).
-pub(super) const SPLIT_MIN_TOKENS: usize = 32;
+pub(super) const SPLIT_MIN_TOKENS: usize = 128;
+
+/// Tokens of a last, partial tile that run through `x86_pack16` instead of a tile
+/// product padded to 16 (at most its `MAX_TILE`).
+pub(super) const VNNI_TAIL: usize = 8;
 
 /// Scratch of [`group16`]: the packed super-blocks and the accumulator stores.
 #[derive(Default)]
@@ -357,12 +361,12 @@ pub struct ScratchAmx {
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks of format `kind`)
 /// against `m` tokens at `a + j·astride` (Q8_K): `out[r·ostride + j]`. Tokens go 16 at a
-/// time; the last `m % 16` come from `tail`, a copy of them padded with zero rows to 16
-/// (same stride). `next` (pointer, bytes): the weights to prefetch meanwhile.
+/// time; a last `m % 16` of at most `VNNI_TAIL` runs through `x86_pack16`, more come from
+/// `tail`, a copy of them padded with zero rows to 16 (same stride). `next` (pointer, bytes): the weights to prefetch meanwhile.
 ///
 /// # Safety
 /// `has_amx()` returned true; `nr` rows of `nb` blocks at `w`; `m` tokens of `nb` Q8_K
-/// blocks at `a + j·astride` and, when `m % 16 != 0`, 16 at `tail`; `out` holds
+/// blocks at `a + j·astride` and, when `m % 16 > VNNI_TAIL`, 16 at `tail`; `out` holds
 /// `(nr−1)·ostride + m` floats.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -456,6 +460,12 @@ unsafe fn run<const F: u8, const D: u8>(
         let mut t0 = 0;
         while t0 < m {
             let mt = 16.min(m - t0);
+            if mt <= VNNI_TAIL {
+                // a few tokens left: `x86_pack16`'s tiles over the packed blocks (a padded
+                // tile product would compute 16)
+                x86_pack16::run::<F>(nb, nr, std::ptr::null(), 0, a.add(t0 * astride), astride, mt, &mut out[t0..], ostride, &mut sc.pk, None, true);
+                break;
+            }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };
             let mut sumf = [_mm512_setzero_ps(); 16];
             for (i, pk) in sc.pk.pks.iter().enumerate() {

@@ -461,17 +461,19 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            IQ4XS => run::<IQ4XS>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
+            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
+            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
+            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
         }
     }
 }
 
+/// `group16` for format `F`; `prepacked`: `sc.pks` already holds the rows' `nb` packed
+/// super-blocks (`w` unused).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const F: u8>(
+pub(super) unsafe fn run<const F: u8>(
     nb: usize,
     nr: usize,
     w: *const u8,
@@ -483,15 +485,16 @@ unsafe fn run<const F: u8>(
     ostride: usize,
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
+    prepacked: bool,
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     let zero: Packed16 = unsafe { std::mem::zeroed() };
     // One token tile (few tokens: an expert's share of a batch): each super-block is
     // dotted right after it is packed, while it is in L1 (one Packed16 of scratch). More
     // tokens: all blocks packed first, then every tile runs over them.
-    let one_tile = m <= MAX_TILE;
+    let one_tile = m <= MAX_TILE && !prepacked;
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
-    if !one_tile {
+    if !one_tile && !prepacked {
         for i in 0..nb {
             // SAFETY: the caller guarantees 16 rows of nb blocks at w.
             unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[i]) };
