@@ -166,42 +166,38 @@ fn block_fused_shapes_match_vec_dot_bitwise() {
     }
 }
 
-/// The same block tests through the plain-AVX2 kernels (`PN_NO_AVX512`, read once per
-/// process, so in a child process of this test binary) on a machine that has AVX-512.
-#[test]
-fn block_tests_pass_on_the_avx2_path() {
-    if std::env::var_os("PN_NO_AVX512").is_some() {
-        return;
-    }
+/// Runs this binary's `block_` tests in a child process with `var=1` (the kernel switches
+/// are read once per process) and checks that they ran and passed.
+fn block_tests_pass_with(var: &str) {
     let exe = std::env::current_exe().expect("the test binary");
     let out = std::process::Command::new(exe)
-        .env("PN_NO_AVX512", "1")
+        .env(var, "1")
         .args(["block_", "--test-threads", "1"])
         .output()
         .expect("run the test binary");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "AVX2 path: {text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("block_matches_vec_dot_bitwise ... ok"), "the child ran: {text}");
-    assert!(text.contains("block_fused_shapes_match_vec_dot_bitwise ... ok"), "the child ran: {text}");
+    assert!(out.status.success(), "{var}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    for t in ["block_matches_vec_dot_bitwise", "block_extremes_match_vec_dot_bitwise", "block_fused_shapes_match_vec_dot_bitwise"] {
+        assert!(text.contains(&format!("{t} ... ok")), "{var}: the child ran {t}: {text}");
+    }
+}
+
+/// The same block tests through the plain-AVX2 kernels (`PN_NO_AVX512`) on a machine
+/// that has AVX-512.
+#[test]
+fn block_tests_pass_on_the_avx2_path() {
+    if std::env::var_os("PN_NO_AVX512").is_none() {
+        block_tests_pass_with("PN_NO_AVX512");
+    }
 }
 
 /// The same block tests through the AVX-512 kernels (`PN_NO_AMX`) on a machine whose
-/// K-quant blocks of 8 or more tokens otherwise take the AMX tiles.
+/// K-quant blocks of 16 or more tokens otherwise take the AMX tiles.
 #[test]
 fn block_tests_pass_without_amx() {
-    if std::env::var_os("PN_NO_AMX").is_some() || std::env::var_os("PN_NO_AVX512").is_some() || !pn_ops::quant::has_amx() {
-        return;
+    if std::env::var_os("PN_NO_AMX").is_none() && std::env::var_os("PN_NO_AVX512").is_none() && pn_ops::quant::has_amx() {
+        block_tests_pass_with("PN_NO_AMX");
     }
-    let exe = std::env::current_exe().expect("the test binary");
-    let out = std::process::Command::new(exe)
-        .env("PN_NO_AMX", "1")
-        .args(["block_", "--test-threads", "1"])
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "AVX-512 path: {text}{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains("block_matches_vec_dot_bitwise ... ok"), "the child ran: {text}");
-    assert!(text.contains("block_extremes_match_vec_dot_bitwise ... ok"), "the child ran: {text}");
 }
 
 #[test]

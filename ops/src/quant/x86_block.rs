@@ -109,7 +109,9 @@ pub fn vec_dot_block(
         GgmlType::IQ4XS => Some(x86_pack16::IQ4XS),
         _ => None,
     };
-    if let (true, Some(kind)) = (m >= knob(KNOB_AMX_FROM, AMX_MIN_TOKENS) && has_amx(), k_kind.filter(|&k| k != x86_pack16::Q6K || m >= knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS)))) {
+    // (tile loads read whole rows of 16 tokens: activation rows must not overlap)
+    let rows_apart = astride >= (n / 256) * super::q8::Q8_K_BYTES;
+    if let (true, Some(kind)) = (m >= knob(KNOB_AMX_FROM, AMX_MIN_TOKENS) && rows_apart && has_amx(), k_kind.filter(|&k| k != x86_pack16::Q6K || m >= knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS)))) {
         AMX.with(|sc| {
             let mut sc = sc.borrow_mut();
             let sc = &mut *sc;
