@@ -361,6 +361,9 @@ impl Gguf {
         // is the same assumption llama.cpp and every mmap-based loader make.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
+        // advice only: where the kernel backs read-only file pages with huge pages
+        // (CONFIG_READ_ONLY_THP_FOR_FS), the weights stream with fewer TLB misses
+        let _ = map.advise(memmap2::Advice::HugePage);
         Gguf::from_backing(Backing::Mmap(map))
     }
     /// Parse a GGUF file held in memory.
