@@ -4,19 +4,26 @@
 //! `x86_pack16` decodes 16 weight rows into `Packed16`, whose `w` vectors hold, for a
 //! sub-block, dword lane r = 4 elements of row r: exactly the VNNI layout of an AMX `B`
 //! tile (K/4 rows of 64 bytes). The `A` tile is 16 tokens' activation bytes of the same
-//! sub-block, loaded in place (stride = the activation row stride). One `tdpbsud` (signed
-//! activations × unsigned weight codes) gives `C[token][row]` = the sub-block's products,
-//! the same i32 that `dot16`'s `vpdpbusd` chain gives token by token; each `C` row is
-//! scaled by the sub-block's scales (`vpmulld`, as `dot16`) and summed into `isum`, and
-//! `finish16` runs the float step. Integer sums are exact in any order, so every lane is
-//! bitwise the single-row kernel's (and `vec_dot`'s): results do not depend on whether a
-//! machine has AMX.
+//! elements, loaded in place (stride = the activation row stride). Three forms, each
+//! giving, per (token, row, super-block), the exact i32 that `dot16`'s `vpdpbusd` chain
+//! gives, then `finish16`'s float step:
+//! - per sub-block (Q4_K / Q5_K below `SPLIT_MIN_TOKENS`, IQ4_XS): one `tdpbsud` (signed
+//!   activations × unsigned codes) per 32-element sub-block, each accumulator row scaled
+//!   by the sub-block's scales (`vpmulld`, as `dot16`) and summed;
+//! - split (Q4_K / Q5_K): the scales folded into the codes in two parts ([`Split`]), a
+//!   super-block in 8 full-size products and two accumulators;
+//! - digits (Q6_K): the signed scales as base-4 digits ([`Digits`]), `tdpbssd`, four
+//!   accumulators.
+//! Integer sums are exact in any order, so every lane is bitwise the single-row kernel's
+//! (and `vec_dot`'s): results do not depend on whether a machine has AMX.
 //!
 //! Tiles: tmm0/tmm1 accumulators (16 × 64 bytes), tmm2/tmm3 `A` (16 tokens × K bytes),
-//! tmm4..tmm7 `B` (K/4 × 64 bytes), K = the sub-block's bytes (32, or 16 for Q6_K);
-//! alternating pairs so that one sub-block's tile product runs while the vector unit
-//! scales the previous one's. Each thread loads its configuration once per sub-block size
-//! (`configure`).
+//! tmm4..tmm7 `B` (K/4 × 64 bytes), K = 32 (per sub-block) or 64 (split, digits; there
+//! every tile is 16 × 64 and tmm2/tmm3 also serve as accumulators). Alternating pairs let
+//! one product run while the vector unit scales the previous one's. Each thread loads its
+//! configuration once per K (`configure`). A tile load into a register that a pending
+//! product still reads waits for it (~15 ns a 16×16×64 product here), which is what the
+//! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
 use super::x86_pack16::{self, finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K, Q5K, Q6K};
@@ -362,7 +369,8 @@ pub struct ScratchAmx {
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks of format `kind`)
 /// against `m` tokens at `a + j·astride` (Q8_K): `out[r·ostride + j]`. Tokens go 16 at a
 /// time; a last `m % 16` of at most `VNNI_TAIL` runs through `x86_pack16`, more come from
-/// `tail`, a copy of them padded with zero rows to 16 (same stride). `next` (pointer, bytes): the weights to prefetch meanwhile.
+/// `tail`, a copy of them padded with zero rows to 16 (same stride). `next` (pointer,
+/// bytes): the weights to prefetch meanwhile.
 ///
 /// # Safety
 /// `has_amx()` returned true; `nr` rows of `nb` blocks at `w`; `m` tokens of `nb` Q8_K
@@ -415,7 +423,7 @@ unsafe fn run<const F: u8, const D: u8>(
 ) {
     // SAFETY (whole body): the caller's contract; AMX usable.
     unsafe {
-        // Q4_K / Q5_K with two or more token tiles: scales folded into the codes (`Split`)
+        // Q4_K / Q5_K from `split_from` tokens: scales folded into the codes (`Split`)
         let split_from = super::x86_block::knob(super::x86_block::KNOB_AMX_SPLIT_FROM, SPLIT_MIN_TOKENS);
         let split_shift = match F {
             Q4K if m >= split_from => 4,
@@ -445,6 +453,7 @@ unsafe fn run<const F: u8, const D: u8>(
                 }
             }
         }
+        // (a Vec of one: arrays of 256 have no Default to derive the scratch's)
         if sc.c.is_empty() {
             sc.c.push([[0; 256]; 4]);
         }
