@@ -109,24 +109,11 @@ pub fn vec_dot_block(
         GgmlType::IQ4XS => Some(x86_pack16::IQ4XS),
         _ => None,
     };
-    // (tile loads read whole rows of 16 tokens: activation rows must not overlap)
-    let rows_apart = astride >= (n / 256) * super::q8::Q8_K_BYTES;
-    if let (true, Some(kind)) = (m >= knob(KNOB_AMX_FROM, AMX_MIN_TOKENS) && rows_apart && has_amx(), k_kind.filter(|&k| k != x86_pack16::Q6K || m >= knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS)))) {
+    if let Some(kind) = k_kind.filter(|&k| takes_amx(k, m, n, astride)) {
         AMX.with(|sc| {
             let mut sc = sc.borrow_mut();
             let sc = &mut *sc;
-            // the last m % 16 tokens (more than the AVX-512 tail takes), padded with zero
-            // rows to a whole 16-token tile
-            let full = m / 16 * 16;
-            let tail = if m - full > x86_amx::VNNI_TAIL {
-                let end = ((m - 1) * astride + (n / 256) * super::q8::Q8_K_BYTES).min(a.len());
-                sc.1.clear();
-                sc.1.extend_from_slice(&a[full * astride..end]);
-                sc.1.resize(16 * astride, 0);
-                sc.1.as_ptr()
-            } else {
-                std::ptr::null()
-            };
+            let tail = padded_tail(a, astride, m, (n / 256) * super::q8::Q8_K_BYTES, &mut sc.1);
             each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: AMX (and VNNI) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), the tail tile holds 16 padded rows, and
@@ -258,6 +245,33 @@ pub fn vec_dot_block(
     true
 }
 
+/// Whether a K-quant block (`kind`, `n`-element rows) of `m` tokens runs through the AMX
+/// tiles: the CPU has them, there are enough tokens (Q6_K: its digit form's break-even),
+/// and the activation rows do not overlap (a tile load reads whole rows of 16 tokens).
+fn takes_amx(kind: u8, m: usize, n: usize, astride: usize) -> bool {
+    let from = if kind == x86_pack16::Q6K {
+        knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS))
+    } else {
+        knob(KNOB_AMX_FROM, AMX_MIN_TOKENS)
+    };
+    m >= from && astride >= (n / 256) * super::q8::Q8_K_BYTES && has_amx()
+}
+
+/// The last `m % 16` tokens of `a` (rows of `rb` bytes, `astride` apart) copied into `buf`
+/// and padded with zero rows to a whole 16-token tile, when they are more than the
+/// AVX-512 tail takes (`x86_amx::VNNI_TAIL`); else null.
+fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &mut Vec<u8>) -> *const u8 {
+    let full = m / 16 * 16;
+    if m - full <= x86_amx::VNNI_TAIL {
+        return std::ptr::null();
+    }
+    let end = ((m - 1) * astride + rb).min(a.len());
+    buf.clear();
+    buf.extend_from_slice(&a[full * astride..end]);
+    buf.resize(16 * astride, 0);
+    buf.as_ptr()
+}
+
 /// Dispatch thresholds that an in-process A/B sweep may override (`moe_bench`: every call
 /// alternates between knob sets, the only comparison this noisy 2-core box leaves
 /// meaningful); `usize::MAX` = the constant below. Never set outside benchmarks: every
@@ -308,7 +322,7 @@ pub fn set_knobs(v: &[usize; N_KNOBS]) {
 const PACK_MIN_TOKENS: usize = 4;
 
 /// Tokens from which the K-quants run through the AMX tiles (`x86_amx`, 16 tokens per
-/// tile product) where the CPU has them. Measured (`moe_bench`, Sapphire Rapids, 2
+/// tile product) where the CPU has them. Measured (`moe_bench`, Intel Xeon 6/207, 2
 /// threads, calls interleaved, best of 10): MoeExperts, 64 experts, 64 tokens (~8 per
 /// expert) from 8: 10.75 ms, from 12: 10.04, from 16: 9.86, without AMX 9.96; 128 tokens
 /// 16.13 / 15.80 / 15.97 / 16.13; MatMul Q4_K 2048×4096 at 16 tokens 0.99 vs 1.23 ms.
@@ -316,7 +330,7 @@ const AMX_MIN_TOKENS: usize = 16;
 
 /// Tokens from which Q6_K runs through the AMX tiles (its digit form: 16 tile products per
 /// super-block and 16 tokens, and the digits' folding per call). Measured (`moe_bench
-/// matmul_few_tokens`, Sapphire Rapids, 2 threads, calls interleaved, AMX vs `x86_pack16`,
+/// matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls interleaved, AMX vs `x86_pack16`,
 /// ms): 2048×8192 n=32 4.30 vs 3.30, n=64 6.50 vs 6.16, n=512 40.2 vs 46.7; 512×16384
 /// n=64 3.67 vs 4.01, n=512 48.5 vs 51.8.
 const AMX_Q6K_MIN_TOKENS: usize = 128;
