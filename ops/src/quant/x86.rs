@@ -17,34 +17,37 @@ static VNNI: AtomicU8 = AtomicU8::new(0);
 /// AVX-512 F/BW/VL + VNNI present (on top of `has_avx2`; detected once). Setting
 /// `PN_NO_AVX512` keeps the AVX2 kernels.
 pub fn has_vnni() -> bool {
-    match VNNI.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let ok = has_avx2()
-                && std::env::var_os("PN_NO_AVX512").is_none()
-                && is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vnni");
-            VNNI.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
-            ok
-        }
-    }
+    detected_once(&VNNI, || {
+        has_avx2()
+            && std::env::var_os("PN_NO_AVX512").is_none()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vl")
+            && is_x86_feature_detected!("avx512vnni")
+    })
 }
 
 /// AVX2, FMA and F16C all present (detected once; 1 = no, 2 = yes). Setting the
 /// environment variable `PN_NO_SIMD` forces the scalar kernels.
 pub fn has_avx2() -> bool {
-    match HAS.load(Ordering::Relaxed) {
+    detected_once(&HAS, || {
+        std::env::var_os("PN_NO_SIMD").is_none()
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+/// `detect()` once, its answer cached in `flag` (0 = not yet, 1 = no, 2 = yes): the CPU
+/// feature switches, read on every kernel call.
+#[inline]
+pub(super) fn detected_once(flag: &AtomicU8, detect: impl FnOnce() -> bool) -> bool {
+    match flag.load(Ordering::Relaxed) {
         1 => false,
         2 => true,
         _ => {
-            let ok = std::env::var_os("PN_NO_SIMD").is_none()
-                && is_x86_feature_detected!("avx2")
-                && is_x86_feature_detected!("fma")
-                && is_x86_feature_detected!("f16c");
-            HAS.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
+            let ok = detect();
+            flag.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
             ok
         }
     }

@@ -30,7 +30,7 @@ use super::x86_pack16::{self, finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K,
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::AtomicU8;
 
 static AMX: AtomicU8 = AtomicU8::new(0);
 
@@ -38,15 +38,7 @@ static AMX: AtomicU8 = AtomicU8::new(0);
 /// permission to use the tile data granted to this process), on top of AVX-512 VNNI;
 /// detected once. Setting `PN_NO_AMX` keeps the AVX-512 kernels.
 pub fn has_amx() -> bool {
-    match AMX.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let ok = super::x86::has_vnni() && std::env::var_os("PN_NO_AMX").is_none() && detect();
-            AMX.store(if ok { 2 } else { 1 }, Ordering::Relaxed);
-            ok
-        }
-    }
+    super::x86::detected_once(&AMX, || super::x86::has_vnni() && std::env::var_os("PN_NO_AMX").is_none() && detect())
 }
 
 #[cfg(target_os = "linux")]
@@ -489,11 +481,7 @@ unsafe fn run<const F: u8, const D: u8>(
                 finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
             }
             for (j, v) in sumf.iter().enumerate().take(mt) {
-                let mut l = [0f32; 16];
-                _mm512_storeu_ps(l.as_mut_ptr(), *v);
-                for (r, &x) in l.iter().enumerate().take(nr) {
-                    out[r * ostride + t0 + j] = x;
-                }
+                x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
             }
             t0 += mt;
         }

@@ -485,17 +485,11 @@ unsafe fn prefetch_row(p: *const u8, bytes: usize) {
 
 /// Whether the row prefetch uses the T0 hint (an Intel CPU; detected once).
 fn prefetch_t0() -> bool {
-    static T0: AtomicUsize = AtomicUsize::new(0);
-    match T0.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let v = std::arch::x86_64::__cpuid(0);
-            let intel = (v.ebx, v.edx, v.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e); // "GenuineIntel"
-            T0.store(if intel { 2 } else { 1 }, Ordering::Relaxed);
-            intel
-        }
-    }
+    static T0: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+    super::x86::detected_once(&T0, || {
+        let v = std::arch::x86_64::__cpuid(0);
+        (v.ebx, v.edx, v.ecx) == (0x756e_6547, 0x4965_6e69, 0x6c65_746e) // "GenuineIntel"
+    })
 }
 
 #[cfg(test)]

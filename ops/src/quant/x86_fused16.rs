@@ -10,7 +10,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, block_bytes, finish16, pack_scales16, raw16, Packed16, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, block_bytes, finish16, pack_scales16, raw16, store_rows, Packed16, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -191,11 +191,7 @@ unsafe fn run<const F: u8, const M: usize>(
         }
     }
     for (j, v) in sumf.iter().enumerate() {
-        let mut l = [0f32; 16];
-        // SAFETY: 16 writable floats.
-        unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *v) };
-        for (r, &x) in l.iter().enumerate().take(nr) {
-            out[r * ostride + j] = x;
-        }
+        // SAFETY: AVX-512 enabled in every caller.
+        unsafe { store_rows(*v, nr, out, ostride, j) };
     }
 }

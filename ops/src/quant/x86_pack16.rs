@@ -32,6 +32,17 @@ pub(super) unsafe fn bcast4(p: *const u8) -> __m512i {
     _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
 
+/// Lanes `0..nr` of `v` (one token's results, lane r = row r) into `out[r·ostride + col]`.
+#[inline(always)]
+pub(super) unsafe fn store_rows(v: __m512, nr: usize, out: &mut [f32], ostride: usize, col: usize) {
+    let mut l = [0f32; 16];
+    // SAFETY: 16 writable floats; AVX-512 enabled in every caller.
+    unsafe { _mm512_storeu_ps(l.as_mut_ptr(), v) };
+    for (r, &x) in l.iter().enumerate().take(nr) {
+        out[r * ostride + col] = x;
+    }
+}
+
 /// The formats of the packed kernel (`const F`): the K-quant's bit width.
 pub const Q4K: u8 = 4;
 pub const Q5K: u8 = 5;
@@ -534,12 +545,8 @@ pub(super) unsafe fn run<const F: u8>(
                     dot!($mm, &sc.pks, 0, &mut o, pf);
                 }
                 for (j, v) in o.iter().enumerate() {
-                    let mut l = [0f32; 16];
-                    // SAFETY: 16 writable floats.
-                    unsafe { _mm512_storeu_ps(l.as_mut_ptr(), *v) };
-                    for (r, &x) in l.iter().enumerate().take(nr) {
-                        out[r * ostride + t0 + j] = x;
-                    }
+                    // SAFETY: AVX-512 enabled in every caller.
+                    unsafe { store_rows(*v, nr, out, ostride, t0 + j) };
                 }
             }};
         }

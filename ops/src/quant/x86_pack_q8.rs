@@ -241,11 +241,7 @@ unsafe fn run<const F: u8>(
                 _mm512_add_ps(s[3], s[7]),
             ];
             let res = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
-            let mut l = [0f32; 16];
-            _mm512_storeu_ps(l.as_mut_ptr(), res);
-            for (r, &x) in l.iter().enumerate().take(nr) {
-                out[r * ostride + j] = x;
-            }
+            super::x86_pack16::store_rows(res, nr, out, ostride, j);
         }
     }
 }
