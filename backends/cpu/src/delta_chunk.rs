@@ -48,23 +48,23 @@ impl<'a> HeadIn<'a> {
         }
     }
     #[inline(always)]
-    fn q(&self, t: usize) -> &[f32] {
+    pub(crate) fn q(&self, t: usize) -> &[f32] {
         &self.q[t * self.qk_stride..][..self.dk]
     }
     #[inline(always)]
-    fn k(&self, t: usize) -> &[f32] {
+    pub(crate) fn k(&self, t: usize) -> &[f32] {
         &self.k[t * self.qk_stride..][..self.dk]
     }
     #[inline(always)]
-    fn v(&self, t: usize) -> &[f32] {
+    pub(crate) fn v(&self, t: usize) -> &[f32] {
         &self.v[t * self.v_stride..][..self.dv]
     }
     #[inline(always)]
-    fn g(&self, t: usize) -> f32 {
+    pub(crate) fn g(&self, t: usize) -> f32 {
         self.g[t * self.gb_stride]
     }
     #[inline(always)]
-    fn beta(&self, t: usize) -> f32 {
+    pub(crate) fn beta(&self, t: usize) -> f32 {
         self.beta[t * self.gb_stride]
     }
 }
@@ -400,7 +400,18 @@ fn chunked_body<V: Vops>(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32], sc: &mut
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn recurrent_avx2(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
+    if p.dk.is_multiple_of(16) && st.len() >= p.dv * p.dk {
+        // SAFETY: AVX2 enabled here; Dk a multiple of 16, st holds Dv rows of Dk
+        return unsafe { crate::delta_rows::recurrent::<crate::delta_rows::Avx2, 4>(p, st, o) };
+    }
     recurrent_body::<Avx>(p, st, o)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f")]
+unsafe fn recurrent_avx512(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
+    // SAFETY: AVX-512F enabled here; the caller checked Dk and the state's length
+    unsafe { crate::delta_rows::recurrent::<crate::delta_rows::Avx512, 8>(p, st, o) }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -418,6 +429,10 @@ fn avx2() -> bool {
 pub fn recurrent(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
+        if pn_ops::quant::avx512_available() && p.dk.is_multiple_of(16) && st.len() >= p.dv * p.dk {
+            // SAFETY: AVX-512F detected; Dk a multiple of 16, st holds Dv rows of Dk
+            return unsafe { recurrent_avx512(p, st, o) };
+        }
         // SAFETY: AVX2 + FMA detected (`simd_available` also requires them).
         return unsafe { recurrent_avx2(p, st, o) };
     }
@@ -432,4 +447,38 @@ pub fn chunked(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32], sc: &mut Scratch) 
         return unsafe { chunked_avx2(p, st, o, sc) };
     }
     chunked_body::<Portable>(p, st, o, sc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(n: usize, seed: u32) -> Vec<f32> {
+        pn_ops::testing::uniform(n, seed, 99991)
+    }
+
+    /// The dispatched recurrence (blocked rows on AVX2 / AVX-512) is bitwise the
+    /// portable one, token blocks and row tails included.
+    #[test]
+    fn blocked_rows_are_bitwise_the_portable_recurrence() {
+        for (dk, dv) in [(128usize, 128usize), (32, 6), (16, 9), (48, 130)] {
+            for t in [1usize, 3, 16, 17, 40] {
+                let (hk, hv) = (2, 3);
+                let q = data(t * hk * dk, 1);
+                let k = data(t * hk * dk, 2);
+                let v = data(t * hv * dv, 3);
+                let g: Vec<f32> = data(t * hv, 4).iter().map(|x| -0.5 * (x + 1.0)).collect();
+                let b: Vec<f32> = data(t * hv, 5).iter().map(|x| 0.5 * (x + 1.0)).collect();
+                let p = HeadIn { q: &q[dk..], k: &k[dk..], v: &v[dv..], g: &g[1..], beta: &b[1..], qk_stride: hk * dk, v_stride: hv * dv, gb_stride: hv, dk, dv, t };
+                let s0 = data(dv * dk, 6);
+                let (mut s1, mut o1) = (s0.clone(), vec![0f32; t * dv]);
+                recurrent_body::<Portable>(&p, &mut s1, &mut o1);
+                let (mut s2, mut o2) = (s0.clone(), vec![0f32; t * dv]);
+                recurrent(&p, &mut s2, &mut o2);
+                let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&o1), bits(&o2), "out, Dk {dk} Dv {dv} T {t}");
+                assert_eq!(bits(&s1), bits(&s2), "state, Dk {dk} Dv {dv} T {t}");
+            }
+        }
+    }
 }

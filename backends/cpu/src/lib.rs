@@ -11,6 +11,7 @@
 mod attention;
 mod delta;
 pub mod delta_chunk;
+mod delta_rows;
 mod elementwise;
 mod matmul;
 mod moe;

@@ -322,6 +322,19 @@ pub fn vec_dot_block(
     }
 }
 
+/// Whether AVX-512F kernels may be used (on top of `simd_available`; detected once;
+/// `PN_NO_AVX512` says no).
+pub fn avx512_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        x86::has_avx512f()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether AVX2 + FMA + F16C kernels are used (detected once, cached).
 pub fn simd_available() -> bool {
     #[cfg(target_arch = "x86_64")]

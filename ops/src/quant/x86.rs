@@ -27,6 +27,13 @@ pub fn has_vnni() -> bool {
     })
 }
 
+static AVX512F: AtomicU8 = AtomicU8::new(0);
+
+/// AVX-512F present (on top of `has_avx2`; detected once); `PN_NO_AVX512` says no.
+pub fn has_avx512f() -> bool {
+    detected_once(&AVX512F, || has_avx2() && std::env::var_os("PN_NO_AVX512").is_none() && is_x86_feature_detected!("avx512f"))
+}
+
 /// AVX2, FMA and F16C all present (detected once; 1 = no, 2 = yes). Setting the
 /// environment variable `PN_NO_SIMD` forces the scalar kernels.
 pub fn has_avx2() -> bool {
