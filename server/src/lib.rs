@@ -20,7 +20,7 @@ mod routes;
 pub mod think;
 mod web;
 
-pub use engine::{DraftSpec, ModelSpec, Shared};
+pub use engine::{DraftSpec, ModelSpec, Shared, DEFAULT_WAVE_TOKENS};
 pub use error::ApiError;
 pub use params::Defaults;
 

@@ -46,6 +46,10 @@ pub struct Metrics {
     pub generated_tokens: AtomicU64,
     /// Generations ended because the client went away or the deadline passed.
     pub cancelled: AtomicU64,
+    /// Forward passes that decoded streams, and the streams they decoded (their ratio is
+    /// the mean batch of a step).
+    pub decode_steps: AtomicU64,
+    pub decode_step_streams: AtomicU64,
     pub queue_depth: AtomicU64,
     pub busy_slots: AtomicU64,
     pub n_slots: AtomicU64,
@@ -70,6 +74,13 @@ impl Metrics {
     }
     pub fn observe_ttft(&self, d: Duration) {
         lock(&self.ttft).observe(d.as_secs_f64());
+    }
+    /// A forward pass decoded `k` streams.
+    pub fn record_step(&self, k: usize) {
+        if k > 0 {
+            self.decode_steps.fetch_add(1, Ordering::Relaxed);
+            self.decode_step_streams.fetch_add(k as u64, Ordering::Relaxed);
+        }
     }
     pub fn observe_inter_token(&self, d: Duration) {
         lock(&self.inter_token).observe(d.as_secs_f64());
@@ -112,6 +123,8 @@ impl Metrics {
             ("pn_prompt_cache_hit_tokens_total", "Prompt tokens restored from the prefix cache instead of evaluated.", &self.cached_tokens),
             ("pn_generated_tokens_total", "Tokens generated.", &self.generated_tokens),
             ("pn_requests_cancelled_total", "Generations ended early: the client disconnected or the deadline passed.", &self.cancelled),
+            ("pn_decode_steps_total", "Forward passes that decoded streams.", &self.decode_steps),
+            ("pn_decode_step_streams_total", "Streams decoded, summed over the decode steps (over pn_decode_steps_total: the mean batch).", &self.decode_step_streams),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}", v.load(Ordering::Relaxed));

@@ -157,3 +157,41 @@ async fn same_seed_same_text_alone_or_beside_fifteen_streams() {
     assert_eq!(texts[7], alone, "the same request and seed beside 15 other streams");
     s.stop_engine();
 }
+
+/// Three streaming completions of `prompt_tokens` prompt tokens each, sent together; the
+/// decode steps and the streams they decoded (`/metrics`) once all are done.
+async fn burst_steps(wave_tokens: usize) -> (u64, u64) {
+    let mut sp = spec(DEFAULT, 4, 4096);
+    sp.wave_tokens = wave_tokens;
+    let s = server(config(), sp);
+    // ~700 tokens each: with 256-token passes the three prompts end in different passes
+    let long = |i: usize| (0..140).map(|j| format!("v{i}_{j} = {j}\n")).collect::<String>();
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let s = s.clone();
+        let body = json!({"prompt": long(i), "max_tokens": 6, "ignore_eos": true, "stream": true});
+        tasks.push(tokio::spawn(async move { post(&s, "/v1/completions", &body).await }));
+    }
+    for t in tasks {
+        let r = t.await.unwrap();
+        assert_eq!(r.status.as_u16(), 200, "{}", r.text());
+        assert_eq!(stream_text(&r.events()).1.as_deref(), Some("length"));
+    }
+    let m = &s.shared().metrics;
+    let (steps, streams) = (m.decode_steps.load(Ordering::Relaxed), m.decode_step_streams.load(Ordering::Relaxed));
+    let text = send(&s, "GET", "/metrics", None, &[]).await.text();
+    assert!(text.contains(&format!("pn_decode_steps_total {steps}")) && text.contains(&format!("pn_decode_step_streams_total {streams}")), "{text}");
+    s.stop_engine();
+    (steps, streams)
+}
+
+/// A burst of prompts that arrives while nothing streams starts as one wave: every decode
+/// step carries all three streams. Without waves (`wave_tokens` 0) the first prompt done
+/// streams alone while the others prefill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_of_prompts_starts_streaming_together() {
+    let (steps, streams) = burst_steps(8192).await;
+    assert!(steps > 0 && streams == 3 * steps, "waves: {streams} streams over {steps} steps");
+    let (steps, streams) = burst_steps(0).await;
+    assert!(streams < 3 * steps, "no waves: {streams} streams over {steps} steps");
+}

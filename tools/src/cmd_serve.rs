@@ -66,6 +66,11 @@ pub struct ServeArgs {
     /// at most this many plain decode steps (measured as it runs; docs/server.md)
     #[arg(long, default_value_t = 1.5)]
     step_budget: f64,
+    /// While no stream runs, prompts arriving together (a burst of clients) start
+    /// streaming together: once the last is prefilled or this many prompt tokens were
+    /// spent (0: each stream as soon as its prompt is done; docs/server.md)
+    #[arg(long, default_value_t = pn_server::DEFAULT_WAVE_TOKENS)]
+    wave_tokens: usize,
     /// `--draft lookup|mtp`: each sequence's drafts are verified in the step's pass
     /// (prompts then prefill in passes of their own; with mtp without the prefix cache)
     #[command(flatten)]
@@ -123,12 +128,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
     a.draft.check()?;
-    let (opts, chunk, async_steps, step_budget, draft_opts) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone());
+    let (opts, chunk, async_steps, step_budget, draft_opts, wave_tokens) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone(), a.wave_tokens);
     pn_server::serve(cfg, move || {
         let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
         let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n() });
-        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget, draft })
+        Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget, draft, wave_tokens })
     })
 }

@@ -38,6 +38,10 @@ use tokio::sync::mpsc::UnboundedSender;
 const GATHER_GAP: Duration = Duration::from_millis(2);
 const GATHER_MAX: Duration = Duration::from_millis(20);
 
+/// Prompt tokens a wave may spend before its streams start (`--wave-tokens`): 8 passes
+/// of the default ubatch.
+pub const DEFAULT_WAVE_TOKENS: usize = 2048;
+
 /// A loaded model and how to serve it.
 pub struct ModelSpec {
     /// The id clients name in `model`.
@@ -62,6 +66,10 @@ pub struct ModelSpec {
     /// `--draft mtp|lookup --draft-n N`: each sequence's drafts verified in the step's
     /// pass (`speculate.rs`); None: plain decoding.
     pub draft: Option<DraftSpec>,
+    /// While no stream runs, the prompts prefilled meanwhile start streaming together once
+    /// the last is done or this many prompt tokens were spent (0: each as soon as it is
+    /// done; `step.rs`, "waves").
+    pub wave_tokens: usize,
 }
 
 /// Speculative decoding in the server: what makes each sequence's drafter, and the
@@ -175,6 +183,11 @@ struct Engine {
     spare: Vec<SeqState>,
     waiting: VecDeque<Box<Job>>,
     prefilling: VecDeque<(Seq, PrefillTask)>,
+    /// Prompts of a wave that are done, waiting for the rest of the wave (`step.rs`).
+    wave: Vec<(Seq, PrefillTask)>,
+    /// Prompt tokens the current wave has spent, and the most it may.
+    wave_spent: usize,
+    wave_tokens: usize,
     live: Vec<Live>,
     shared: Arc<Shared>,
     closed: bool,
@@ -183,7 +196,7 @@ struct Engine {
 /// Build the engine for `spec` (memory ladders: KV format, then slots) and publish the
 /// model's info; returns the engine and the notes the ladders printed.
 fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<String>)> {
-    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps, step_budget, draft } = spec;
+    let ModelSpec { id, name, runner, tokenizer, mut state, slots, cache, prefill_chunk, async_steps, step_budget, draft, wave_tokens } = spec;
     if let Some(d) = &draft {
         pn_engine::spec::Speculator::check(&runner, d.n)?;
         if state.overflow == pn_ops::Overflow::Ring {
@@ -224,6 +237,9 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         spare: Vec::new(),
         waiting: VecDeque::new(),
         prefilling: VecDeque::new(),
+        wave: Vec::new(),
+        wave_spent: 0,
+        wave_tokens,
         live: Vec::new(),
         shared,
         closed: false,
@@ -262,7 +278,7 @@ pub fn run(load: impl FnOnce() -> anyhow::Result<ModelSpec>, rx: Receiver<Msg>, 
 
 impl Engine {
     fn idle(&self) -> bool {
-        self.waiting.is_empty() && self.prefilling.is_empty() && self.live.is_empty()
+        self.waiting.is_empty() && self.prefilling.is_empty() && self.wave.is_empty() && self.live.is_empty()
     }
 
     fn run(&mut self, rx: Receiver<Msg>) {
@@ -321,7 +337,8 @@ impl Engine {
                     let _ = j.events.send(err());
                     self.shared.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
                 }
-                for (s, t) in std::mem::take(&mut self.prefilling) {
+                let prefills = std::mem::take(&mut self.prefilling).into_iter().chain(std::mem::take(&mut self.wave));
+                for (s, t) in prefills {
                     let _ = s.job.events.send(err());
                     self.spare.push(t.st);
                 }
@@ -365,15 +382,21 @@ impl Engine {
         let gone = (before - self.waiting.len()) as u64;
         m.queue_depth.fetch_sub(gone, Ordering::Relaxed);
         m.cancelled.fetch_add(gone, Ordering::Relaxed);
-        for (mut s, t) in std::mem::take(&mut self.prefilling) {
-            let u = s.usage();
-            if Engine::expired(&s.job, Some(&mut s.gen), u) {
-                m.cancelled.fetch_add(1, Ordering::Relaxed);
-                self.spare.push(t.st);
-            } else {
-                self.prefilling.push_back((s, t));
+        let keep = |all: &mut dyn Iterator<Item = (Seq, PrefillTask)>, spare: &mut Vec<SeqState>| {
+            let mut kept = Vec::new();
+            for (mut s, t) in all {
+                let u = s.usage();
+                if Engine::expired(&s.job, Some(&mut s.gen), u) {
+                    m.cancelled.fetch_add(1, Ordering::Relaxed);
+                    spare.push(t.st);
+                } else {
+                    kept.push((s, t));
+                }
             }
-        }
+            kept
+        };
+        self.prefilling = keep(&mut std::mem::take(&mut self.prefilling).into_iter(), &mut self.spare).into();
+        self.wave = keep(&mut std::mem::take(&mut self.wave).into_iter(), &mut self.spare);
         for mut l in std::mem::take(&mut self.live) {
             let u = l.seq.usage();
             if l.finishing.is_none() && Engine::expired(&l.seq.job, Some(&mut l.seq.gen), u) {
@@ -394,7 +417,7 @@ impl Engine {
 
     /// Start prefills while slots are free.
     fn admit(&mut self) {
-        while self.live.len() + self.prefilling.len() < self.slots.n_slots() {
+        while self.live.len() + self.prefilling.len() + self.wave.len() < self.slots.n_slots() {
             let Some(job) = self.waiting.pop_front() else { break };
             self.shared.metrics.queue_depth.fetch_sub(1, Ordering::Relaxed);
             let st = match self.spare.pop() {
@@ -520,12 +543,12 @@ impl Engine {
         }
         // prefills hold the free slots they will take
         let mut free = (0..n).filter(|&i| !self.live.iter().any(|l| l.h.slot() == i));
-        for (s, t) in &self.prefilling {
+        for (s, t) in self.wave.iter().chain(&self.prefilling) {
             if let Some(i) = free.next() {
                 fill(&mut v[i], s, "prefilling", t.remaining());
             }
         }
-        let busy = self.live.len() + self.prefilling.len();
+        let busy = self.live.len() + self.prefilling.len() + self.wave.len();
         self.shared.metrics.busy_slots.store(busy as u64, Ordering::Relaxed);
         *self.shared.slots.lock().unwrap_or_else(|e| e.into_inner()) = v;
     }

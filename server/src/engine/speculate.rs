@@ -43,6 +43,7 @@ impl Engine {
             Ok(r) => r,
             Err(e) => return self.fail(stepping, &format!("decode step: {e}")),
         };
+        self.shared.metrics.record_step(stepping.len());
         for (i, mut l) in stepping.into_iter().enumerate() {
             let drafts = &toks[i][1..];
             let logits = &rows.logits[i];

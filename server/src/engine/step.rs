@@ -14,6 +14,10 @@ use std::time::Instant;
 impl Engine {
     /// One iteration (sync steps): decode + chosen prefill passes in one pass.
     pub(super) fn iterate(&mut self) {
+        if self.draft.is_some() || self.async_steps {
+            // these paths start each prompt when done (no waves)
+            self.release_wave();
+        }
         if self.draft.is_some() {
             return self.iterate_drafting();
         }
@@ -31,10 +35,11 @@ impl Engine {
         if ends.is_empty() && never_fits && mode != Mode::Budget(0) {
             // a ubatch too small to hold a pass beside the decode tokens: separate passes
             self.live = stepping;
+            self.release_wave();
             return self.iterate_separately(false);
         }
         if batch.is_empty() && ends.is_empty() {
-            return;
+            return self.release_wave();
         }
         let t0 = Instant::now();
         let res = self.run_pass(&batch, &ends);
@@ -42,6 +47,7 @@ impl Engine {
             Ok((logits, rows)) => {
                 let p: usize = self.prefilling.iter().zip(&ends).map(|((_, t), &e)| e - t.done()).sum();
                 self.costs.observe(batch.len(), p, t0.elapsed().as_secs_f64());
+                self.shared.metrics.record_step(batch.len());
                 if std::env::var_os("PN_TRACE_STEPS").is_some() {
                     eprintln!("step k={} n={} mode={:?} prefill={} ms={:.1}", batch.len(), self.prefilling.len(), mode, p, t0.elapsed().as_secs_f64() * 1e3);
                 }
@@ -53,7 +59,11 @@ impl Engine {
                 for ((_, t), (&e, &r)) in self.prefilling.iter_mut().zip(ends.iter().zip(&rows)) {
                     t.passed(&mut self.cache, e, logits.row(r));
                 }
-                self.take_prefilled(ends.len());
+                let hold = batch.is_empty() && self.wave_tokens > 0;
+                if hold {
+                    self.wave_spent += p;
+                }
+                self.take_prefilled(ends.len(), hold);
             }
             Err(e) => {
                 self.fail(stepping, &format!("decode step: {e}"));
@@ -63,6 +73,28 @@ impl Engine {
                     self.spare.push(t.st);
                 }
             }
+        }
+        self.end_wave_when_due();
+    }
+
+    /// Waves: prompts prefilled while no stream runs are held when done and start
+    /// streaming together, once the last of them is done or the wave has spent
+    /// `wave_tokens` prompt tokens. A burst of requests then costs no running stream a
+    /// stall (none runs) and every one of them decodes in full steps from its first
+    /// token, where starting each as soon as it is done would have the later passes
+    /// stall the early streams (or, with the step budget, trickle the rest in over many
+    /// small steps). The wave's first tokens come later by the rest of the wave.
+    fn end_wave_when_due(&mut self) {
+        if self.prefilling.is_empty() || !self.live.is_empty() || self.wave_spent >= self.wave_tokens {
+            self.release_wave();
+        }
+    }
+
+    /// Start the wave's prompts now.
+    fn release_wave(&mut self) {
+        self.wave_spent = 0;
+        for (s, t) in std::mem::take(&mut self.wave) {
+            self.prefilled(s, t);
         }
     }
 
@@ -123,12 +155,15 @@ impl Engine {
         Ok((logits, rows))
     }
 
-    /// Of the first `n` prefills, start those that are done (first token, a slot).
-    fn take_prefilled(&mut self, n: usize) {
+    /// Of the first `n` prefills, start those that are done (first token, a slot), or
+    /// with `hold` keep them in the wave.
+    fn take_prefilled(&mut self, n: usize, hold: bool) {
         let mut keep = Vec::new();
         for _ in 0..n {
             let (s, t) = self.prefilling.pop_front().expect("planned");
-            if t.is_done() {
+            if t.is_done() && hold {
+                self.wave.push((s, t));
+            } else if t.is_done() {
                 self.prefilled(s, t);
             } else {
                 keep.push((s, t));
@@ -154,6 +189,7 @@ impl Engine {
         };
         match res {
             Ok(logits) => {
+                self.shared.metrics.record_step(stepping.len());
                 for (row, l) in stepping.into_iter().enumerate() {
                     if let Some(l) = self.after_step(l, logits.row(row)) {
                         self.live.push(l);

@@ -41,6 +41,7 @@ pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
         async_steps: false,
         step_budget: 1.5,
         draft: None,
+        wave_tokens: pn_server::DEFAULT_WAVE_TOKENS,
     }
 }
 
