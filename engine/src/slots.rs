@@ -262,9 +262,9 @@ impl Slots {
     /// tokens), in ONE forward pass (chunked prefill interleaved with decode: the slots
     /// keep streaming while new prompts come in, and the weights stream once for all).
     /// Bounded: batch + chunk tokens ≤ the runner's `ubatch`. Returns one row per batch
-    /// entry, then one per token of each chunk in order (a chunk's last row: the logits
-    /// after it). Every row is bitwise what the sequence gives alone
-    /// (tests/tests/slots.rs).
+    /// entry, then one per chunk (the logits after its last token; the head runs for
+    /// those rows only, [`Runner::forward_multi_last`]). Every row is bitwise what the
+    /// sequence gives alone (tests/tests/slots.rs).
     pub fn step_mixed(&mut self, runner: &Runner, batch: &[(SlotHandle, u32)], chunks: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, SlotError> {
         let max = runner.ubatch.max(1);
         let chunk: usize = chunks.iter().map(|c| c.1.len()).sum();
@@ -272,13 +272,13 @@ impl Slots {
             return Err(SlotError::ChunkTooLong { decode: batch.len(), chunk, max });
         }
         if batch.is_empty() {
-            return Ok(runner.forward_multi(chunks)?);
+            return Ok(runner.forward_multi_last(chunks)?);
         }
         let (idx, mut states) = self.take_batch(batch)?;
         let toks: Vec<[u32; 1]> = batch.iter().map(|&(_, t)| [t]).collect();
         let mut parts: Vec<(&mut SeqState, &[u32])> = states.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
         parts.extend(chunks.iter_mut().map(|(s, t)| (&mut **s, *t)));
-        let res = runner.forward_multi(&mut parts);
+        let res = runner.forward_multi_last(&mut parts);
         drop(parts);
         self.put_back(&idx, states);
         Ok(res?)
@@ -311,7 +311,20 @@ impl Runner {
     }
 
     /// [`Runner::forward_multi`] handing out `taps` (e.g. every row's hidden state).
-    pub fn forward_multi_with(&self, parts: &mut [(&mut SeqState, &[u32])], mut taps: Taps<'_>) -> Result<Logits, RunError> {
+    pub fn forward_multi_with(&self, parts: &mut [(&mut SeqState, &[u32])], taps: Taps<'_>) -> Result<Logits, RunError> {
+        self.multi(parts, true, taps)
+    }
+
+    /// [`Runner::forward_multi`] returning only each sequence's last row (the logits after
+    /// it; the pass's LM head runs for those rows alone): one row per part, in order,
+    /// bitwise the matching rows of `forward_multi`. What a prefill of several prompts
+    /// needs: with a real vocabulary (~250k entries) the head costs about a fifth of a
+    /// token's work and writes 1 MB of logits per row.
+    pub fn forward_multi_last(&self, parts: &mut [(&mut SeqState, &[u32])]) -> Result<Logits, RunError> {
+        self.multi(parts, false, Taps::observer(None))
+    }
+
+    fn multi(&self, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool, mut taps: Taps<'_>) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();
         if parts.is_empty() {
             return Err(RunError::Empty);
@@ -332,7 +345,7 @@ impl Runner {
             lens.push(t.len());
         }
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
-        let t = self.eval(&mut seqs, &lens, &tokens, true, &mut taps)?;
+        let t = self.eval(&mut seqs, &lens, &tokens, all_logits, &mut taps)?;
         Ok(Logits { n_vocab, data: t.into_f32() })
     }
 }

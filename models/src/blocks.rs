@@ -5,6 +5,7 @@
 use crate::meta::{ConfigError, Meta};
 use crate::weights::Weights;
 use pn_engine::graph::{GraphBuilder, GraphError, NodeId};
+use pn_engine::model::Geometry;
 use pn_ops::{BinaryOp, Op, RopeMode, Shape};
 
 /// Largest accepted model width / head count / per-head dim (bounds what a file can make
@@ -159,13 +160,17 @@ pub fn routed_experts(
     }
 }
 
-/// Final norm and LM head (`output.weight`, or tied to `token_embd.weight`). With
-/// `last_only`, only the last row goes through the head.
-pub fn head(b: &mut GraphBuilder, ws: &Weights, h: NodeId, (n_embd, n_vocab, n_tokens): (usize, usize, usize), eps: f32, last_only: bool) -> Result<NodeId, GraphError> {
+/// Final norm and LM head (`output.weight`, or tied to `token_embd.weight`). Without
+/// `geom.all_logits` only each sequence's last row goes through the head (a decode step's
+/// rows all are).
+pub fn head(b: &mut GraphBuilder, ws: &Weights, h: NodeId, (n_embd, n_vocab): (usize, usize), geom: Geometry, eps: f32) -> Result<NodeId, GraphError> {
     b.set_layer(None);
     let mut h = rms_norm(b, ws, h, "output_norm.weight", n_embd, eps, "result_norm")?;
-    if last_only && n_tokens > 1 {
-        h = b.op(Op::SliceRows { start: n_tokens - 1, len: 1 }, &[h], "result_norm_last")?;
+    let (t, seqs) = (geom.n_tokens, geom.seqs.max(1));
+    if !geom.all_logits && seqs == 1 && t > 1 {
+        h = b.op(Op::SliceRows { start: t - 1, len: 1 }, &[h], "result_norm_last")?;
+    } else if !geom.all_logits && seqs > 1 && seqs < t {
+        h = b.op(Op::LastRows { seqs }, &[h], "result_norm_last")?;
     }
     let w = if ws.has("output.weight") { "output.weight" } else { "token_embd.weight" };
     let logits = linear(b, ws, h, w, n_embd, n_vocab, "result_output")?;

@@ -132,7 +132,7 @@ impl Model for Decoder {
             };
             h = b.op(Op::Binary(BinaryOp::Add), &[f, h], "l_out")?;
         }
-        head(b, &self.w, h, (a.n_embd, c.n_vocab, t), a.eps, !geom.all_logits)?;
+        head(b, &self.w, h, (a.n_embd, c.n_vocab), geom, a.eps)?;
         Ok(())
     }
 

@@ -117,6 +117,10 @@ pub enum Op {
     SliceCols { group: usize, offset: usize, len: usize },
     /// Rows [start, start+len) along ne1: f32 [n, T] -> f32 [n, len].
     SliceRows { start: usize, len: usize },
+    /// The last row of each of the pass's `seqs` sequences (the pass's sequence table,
+    /// which the runner hands to the executor): f32 [n, T] -> f32 [n, seqs]. The logits
+    /// of a multi-sequence prefill need no other rows.
+    LastRows { seqs: usize },
     /// Same data, new shape (same element count).
     Reshape(Shape),
 }
@@ -162,6 +166,7 @@ impl Op {
             Op::Binary(_) => "Binary",
             Op::SliceCols { .. } => "SliceCols",
             Op::SliceRows { .. } => "SliceRows",
+            Op::LastRows { .. } => "LastRows",
             Op::Reshape(_) => "Reshape",
         }
     }
@@ -405,6 +410,15 @@ impl Op {
                     return Err(shape_err(k, format!("[n, ≥{}]", start + len), s));
                 }
                 Ok(TensorMeta::f32(Shape::d2(s.0[0], *len)))
+            }
+            Op::LastRows { seqs } => {
+                arity(1)?;
+                want_f32(k, "x", &ins[0])?;
+                let s = ins[0].shape;
+                if s.0[2] != 1 || s.0[3] != 1 || *seqs == 0 || *seqs > s.0[1] {
+                    return Err(shape_err(k, format!("[n, ≥{}] with {} sequences", (*seqs).max(1), seqs), s));
+                }
+                Ok(TensorMeta::f32(Shape::d2(s.0[0], *seqs)))
             }
             Op::Reshape(to) => {
                 arity(1)?;

@@ -90,9 +90,10 @@ fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<
             let mut chunks: Vec<(&mut SeqState, &[u32])> =
                 filling.iter_mut().zip(&ends).map(|((i, st, p), &e)| (st, &prompts[*i][*p..e])).collect();
             let l = slots.step_mixed(&r, &pairs, &mut chunks).unwrap();
+            assert_eq!(l.rows(), batch.len() + filling.len(), "a row per decode token and per chunk");
             let mut row_end = batch.len();
             for (f, &e) in filling.iter_mut().zip(&ends) {
-                row_end += e - f.2;
+                row_end += 1;
                 f.2 = e;
                 if e == prompts[f.0].len() {
                     let row = l.row(row_end - 1);
@@ -211,6 +212,36 @@ fn forward_multi_rows_equal_alone() {
     assert_eq!(&l.data[..ra.data.len()], &ra.data[..]);
     assert_eq!(&l.data[ra.data.len()..], &rb.data[..]);
     assert_eq!((s1.pos, s2.pos), (9, 4));
+}
+
+/// `forward_multi_last`: one row per sequence, bitwise the last row of each in
+/// `forward_multi` (the head runs for those rows only: `LastRows`), for mixes of
+/// lengths including one-token sequences beside prompts, on 1 and 2 threads.
+#[test]
+fn forward_multi_last_rows_are_the_last_rows() {
+    for threads in [1, 2] {
+        let r = runner("ktiny-q4_k_m.gguf", threads);
+        let v = r.model().n_vocab();
+        for lens in [&[9, 4][..], &[1, 7, 1, 3], &[5, 1], &[2, 2, 2]] {
+            let toks: Vec<Vec<u32>> = lens.iter().enumerate().map(|(i, &n)| tokens(10 + i as u64, n, v)).collect();
+            let run = |last: bool| {
+                let mut sts: Vec<SeqState> = lens.iter().map(|_| r.new_state(64)).collect();
+                let mut pass: Vec<(&mut SeqState, &[u32])> = sts.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+                let l = if last { r.forward_multi_last(&mut pass) } else { r.forward_multi(&mut pass) }.unwrap();
+                drop(pass);
+                (l, sts.iter().map(|s| s.pos).collect::<Vec<_>>())
+            };
+            let (all, pos_all) = run(false);
+            let (last, pos_last) = run(true);
+            assert_eq!(last.rows(), lens.len(), "{lens:?}");
+            assert_eq!(pos_all, pos_last);
+            let mut end = 0;
+            for (i, &n) in lens.iter().enumerate() {
+                end += n;
+                assert!(last.row(i) == all.row(end - 1), "{lens:?}, {threads} threads: sequence {i}'s last row differs");
+            }
+        }
+    }
 }
 
 fn view<'a>(g: &'a pn_engine::Gguf, name: &str) -> pn_ops::WeightView<'a> {

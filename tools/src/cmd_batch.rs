@@ -411,14 +411,15 @@ pub fn run(a: BatchArgs) -> Result<()> {
                 filling.iter_mut().zip(&ranges).filter(|(_, r)| !r.is_empty()).map(|(f, r)| (&mut f.st, &b.ids[f.i][r.clone()])).collect();
             let l = slots.step_mixed(&runner, &batch, &mut chunks)?;
             drop(chunks);
+            // a row per decode token, then one per chunk (its last token's)
             let mut row = batch.len();
             for f in std::mem::take(&mut filling) {
                 let n = f.st.pos - f.p;
-                row += n;
                 if n == 0 {
                     filling.push(f);
                     continue;
                 }
+                row += 1;
                 match b.fed(f, l.row(row - 1))? {
                     Ok(r) => ready.extend(r),
                     Err(f) => filling.push(f),

@@ -256,6 +256,8 @@ fn dispatch(
             elementwise::slice_cols(ins, out, *group, *offset, *len)
         }
         Op::SliceRows { start, len: _ } => elementwise::slice_rows(ins, out, *start),
+        // by the pass's sequence table (the host executor, engine backend/host.rs)
+        Op::LastRows { .. } => pn_ops::reference::execute(op, ins, out, None),
         Op::Reshape(_) => elementwise::reshape(ins, out),
     }
 }

@@ -75,6 +75,10 @@ pub fn run(
             e(ops_misc::slice_cols(cx, ins, y, out, *group, *offset, *len))
         }
         Op::SliceRows { start, len: _ } => e(ops_misc::slice_rows(cx, ins, y, out, *start)),
+        Op::LastRows { .. } => Err(OpError::Invalid {
+            op: k,
+            msg: "needs the pass's sequence lengths (resident.rs runs it)".into(),
+        }),
         Op::Reshape(_) => e(ops_misc::reshape(cx, ins, y, out)),
         Op::Attention {
             n_head,

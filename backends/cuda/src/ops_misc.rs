@@ -285,6 +285,35 @@ pub fn slice_rows(
     cx.go(c.cfg(grid1(n, 256)))
 }
 
+/// `Op::LastRows`: the last row of each sequence (`lens` tokens each, back to back) of
+/// `x` `[n, T]` into `y` `[n, lens.len()]`, one device copy per sequence.
+pub fn last_rows(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    lens: &[usize],
+) -> Result<(), CudaError> {
+    let x = ins[0].f32()?;
+    let n = out.shape.0[0];
+    if lens.len() != out.shape.0[1] || lens.contains(&0) {
+        return Err(crate::opnd::bad(format!("{} sequences for {} rows", lens.len(), out.shape.0[1])));
+    }
+    let mut end = 0;
+    for (i, &len) in lens.iter().enumerate() {
+        end += len;
+        if 4 * n * end > x.bytes {
+            return Err(crate::opnd::bad(format!("sequence {i} ends at token {end}, past x")));
+        }
+        cx.go(crate::exec::Cmd::Copy {
+            dst: y.ptr + (4 * n * i) as u64,
+            src: x.ptr + (4 * n * (end - 1)) as u64,
+            bytes: 4 * n,
+        })?;
+    }
+    Ok(())
+}
+
 /// Same data, new shape: a device copy into the output (the resident path's slots never
 /// alias; the host path does no device work for it).
 pub fn reshape(

@@ -128,6 +128,10 @@ impl ResState {
                 };
                 dispatch::run(&mut cx, op, &ins, y, meta, st)
             }
+            Some(lens) if matches!(op, Op::LastRows { .. }) => {
+                cx.new_op();
+                crate::ops_misc::last_rows(&mut cx, &ins, y, meta, lens).map_err(|x| to_op_error(k, x))
+            }
             Some(lens) => multi(&mut cx, op, &ins, y, meta, states, keys, lens),
         };
         let issued = cx.issued;

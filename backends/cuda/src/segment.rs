@@ -43,7 +43,8 @@ impl SegExec {
             if let Some(l) = oc.state {
                 keys.extend(io.ids.iter().map(|&seq| StateKey { seq, layer: l as u32 }));
             }
-            let lens = (keys.len() > 1).then_some(&lens[..]);
+            // stateful ops of several sequences, and LastRows, take the sequence lengths
+            let lens = (keys.len() > 1 || matches!(oc.op, pn_ops::Op::LastRows { .. })).then_some(&lens[..]);
             self.be
                 .exec_resident(&oc.op, &inputs, &oc.meta, &keys, lens, oc.out)
                 .map_err(ExecError::at(i))?;

@@ -269,6 +269,15 @@ fn run_op<K: HostKernels>(
             OpInput::Weight(w) => Ok(Value::Weight(weights[w as usize])),
         })
         .collect::<Result<_, _>>()?;
+    if let Op::LastRows { .. } = oc.op {
+        // data movement by the pass's sequence table: the same on every host backend
+        let x = match ins.first() {
+            Some(Value::Act(t)) if t.dtype() == pn_ops::DType::F32 => t.as_f32(),
+            _ => return Err(err(kind, "x must be an f32 activation".into())),
+        };
+        let n = oc.meta.shape.0[0];
+        return pn_ops::reference::seqs::last_rows(x, n, spans, crate::backend::f32_out(out, &oc.meta));
+    }
     let Some(l) = oc.state else {
         return k.kernel_into(&oc.op, &ins, &oc.meta, None, out);
     };

@@ -185,7 +185,7 @@ impl Model for Qwen35 {
             };
             h = b.op(Op::Binary(BinaryOp::Add), &[f, h], "l_out")?;
         }
-        blocks::head(b, &self.w, h, (c.n_embd, c.n_vocab, t), c.eps, !geom.all_logits)?;
+        blocks::head(b, &self.w, h, (c.n_embd, c.n_vocab), geom, c.eps)?;
         Ok(())
     }
 

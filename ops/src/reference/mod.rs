@@ -64,6 +64,10 @@ pub fn execute(
             elementwise::slice_cols(ins, out, *group, *offset, *len)
         }
         Op::SliceRows { start, len: _ } => elementwise::slice_rows(ins, out, *start),
+        Op::LastRows { .. } => Err(OpError::Invalid {
+            op: op.kind(),
+            msg: "needs the pass's sequence table (run by an executor: seqs::last_rows)".into(),
+        }),
         Op::Reshape(_) => elementwise::reshape(ins, out),
     }
 }

@@ -77,3 +77,21 @@ pub fn per_sequence(
 pub fn execute_seqs(op: &Op, ins: &[Value<'_>], meta: &TensorMeta, spans: &[SeqSpan], states: &mut [&mut LayerState]) -> Result<Tensor, OpError> {
     per_sequence(op, ins, meta, spans, states, &mut |ins, m, st| super::execute(op, ins, m, Some(st)))
 }
+
+/// `Op::LastRows`: the last row of each sequence of `spans` (rows of `n` floats of `x`,
+/// the pass's `[n, T]` activations) into `y` `[n, spans.len()]`.
+pub fn last_rows(x: &[f32], n: usize, spans: &[SeqSpan], y: &mut [f32]) -> Result<(), OpError> {
+    const OP: &str = "LastRows";
+    let t = spans.last().map_or(0, |s| s.start + s.len);
+    if x.len() != n * t || y.len() != n * spans.len() || spans.iter().any(|s| s.len == 0) {
+        return Err(OpError::Invalid {
+            op: OP,
+            msg: format!("x has {} floats and y {}, expected {n}×{t} and {n}×{} for {} non-empty sequences", x.len(), y.len(), spans.len(), spans.len()),
+        });
+    }
+    for (yr, s) in y.chunks_exact_mut(n.max(1)).zip(spans) {
+        let r = s.start + s.len - 1;
+        yr.copy_from_slice(&x[r * n..(r + 1) * n]);
+    }
+    Ok(())
+}

@@ -135,12 +135,8 @@ impl Engine {
                 (&mut t.st, &t.tokens[p..e])
             })
             .collect();
-        let mut rows = Vec::with_capacity(parts.len());
-        let mut at = batch.len();
-        for (_, toks) in &parts {
-            at += toks.len();
-            rows.push(at - 1);
-        }
+        // one row per decode token, then one per prefill (its last token's)
+        let mut rows: Vec<usize> = (batch.len()..batch.len() + parts.len()).collect();
         let logits = if !batch.is_empty() {
             self.slots.step_mixed(&self.runner, batch, &mut parts).map_err(|e| e.to_string())?
         } else if parts.len() == 1 {
@@ -150,7 +146,7 @@ impl Engine {
             rows[0] = l.rows() - 1;
             l
         } else {
-            self.runner.forward_multi(&mut parts).map_err(|e| e.to_string())?
+            self.runner.forward_multi_last(&mut parts).map_err(|e| e.to_string())?
         };
         Ok((logits, rows))
     }
