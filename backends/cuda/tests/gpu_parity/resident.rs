@@ -304,6 +304,33 @@ fn resident_runner_on_a_device() {
                 "{name}: slot {i} differs from the sequence alone"
             );
         }
+        // a prefill of several prompts: the LM head for each one's last row only
+        // (LastRows: one device copy per sequence), the matching rows of all logits
+        let lens = [5usize, 1, 3];
+        let prefill = |last: bool| {
+            let mut sts: Vec<_> = lens.iter().map(|_| rg.new_state(64)).collect();
+            let mut parts: Vec<(&mut pn_engine::SeqState, &[u32])> = sts
+                .iter_mut()
+                .zip(&lens)
+                .map(|(s, &n)| (s, &prompt[..n]))
+                .collect();
+            if last {
+                rg.forward_multi_last(&mut parts)
+            } else {
+                rg.forward_multi(&mut parts)
+            }
+            .expect("a prefill of three prompts")
+        };
+        let (all, last) = (prefill(false), prefill(true));
+        assert_eq!(last.rows(), lens.len(), "{name}: one row per prompt");
+        let mut end = 0;
+        for (i, &n) in lens.iter().enumerate() {
+            end += n;
+            assert!(
+                last.row(i) == all.row(end - 1),
+                "{name}: prompt {i}'s last row differs from its row in all logits"
+            );
+        }
     }
     assert!(n > 0, "no fixture found (set PN_E2E_MODELS)");
 }
