@@ -250,7 +250,7 @@ impl Vops for Avx {
 /// The 16-lane reduction tree of `dot` (lanes 0..8 in `a0`, 8..16 in `a1`).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn reduce16(a0: std::arch::x86_64::__m256, a1: std::arch::x86_64::__m256) -> f32 {
+pub(crate) unsafe fn reduce16(a0: std::arch::x86_64::__m256, a1: std::arch::x86_64::__m256) -> f32 {
     use std::arch::x86_64::*;
     let v = _mm256_add_ps(a0, a1);
     let x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -400,11 +400,17 @@ fn chunked_body<V: Vops>(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32], sc: &mut
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn recurrent_avx2(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
-    if p.dk.is_multiple_of(16) && st.len() >= p.dv * p.dk {
+    if rows_blockable(p, st) {
         // SAFETY: AVX2 enabled here; Dk a multiple of 16, st holds Dv rows of Dk
         return unsafe { crate::delta_rows::recurrent::<crate::delta_rows::Avx2, 4>(p, st, o) };
     }
     recurrent_body::<Avx>(p, st, o)
+}
+
+/// Whether `delta_rows` can run this head: whole 16-lane chunks per row, Dv rows in `st`.
+#[cfg(target_arch = "x86_64")]
+fn rows_blockable(p: &HeadIn<'_>, st: &[f32]) -> bool {
+    p.dk.is_multiple_of(16) && st.len() >= p.dv * p.dk
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -429,7 +435,7 @@ fn avx2() -> bool {
 pub fn recurrent(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if avx2() {
-        if pn_ops::quant::avx512_available() && p.dk.is_multiple_of(16) && st.len() >= p.dv * p.dk {
+        if pn_ops::quant::avx512_available() && rows_blockable(p, st) {
             // SAFETY: AVX-512F detected; Dk a multiple of 16, st holds Dv rows of Dk
             return unsafe { recurrent_avx512(p, st, o) };
         }

@@ -83,13 +83,8 @@ impl Lanes for Avx2 {
     }
     #[inline(always)]
     unsafe fn sum(v: Self::V) -> f32 {
-        use std::arch::x86_64::*;
-        unsafe {
-            let s = _mm256_add_ps(v.0, v.1);
-            let x = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-            let y = _mm_add_ps(x, _mm_movehl_ps(x, x));
-            _mm_cvtss_f32(y) + _mm_cvtss_f32(_mm_shuffle_ps(y, y, 1))
-        }
+        // SAFETY: AVX enabled in every caller (the `delta_chunk::dot` reduction tree)
+        unsafe { crate::delta_chunk::reduce16(v.0, v.1) }
     }
 }
 
@@ -129,7 +124,7 @@ impl Lanes for Avx512 {
         use std::arch::x86_64::*;
         unsafe {
             let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-            Avx2::sum((_mm512_castps512_ps256(v), hi))
+            crate::delta_chunk::reduce16(_mm512_castps512_ps256(v), hi)
         }
     }
 }
