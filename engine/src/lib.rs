@@ -1,6 +1,7 @@
 //! pn-engine: everything between a GGUF file and logits that is not model-specific.
-// One unsafe block (the read-only mmap in gguf/mod.rs, with a SAFETY comment) is allowed
-// where it is; any other is an error.
+// Two unsafe blocks (the read-only mmap in gguf/mod.rs and dropping its pages in
+// gguf/rows16.rs, each with a SAFETY comment) are allowed where they are; any other is an
+// error.
 #![deny(unsafe_code)]
 
 pub mod async_step;

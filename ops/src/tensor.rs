@@ -168,6 +168,9 @@ pub struct WeightView<'a> {
     pub ty: GgmlType,
     pub shape: Shape,
     pub bytes: &'a [u8],
+    /// The same rows in the `rows16` layout (`quant::rows16`), when the loader made that
+    /// copy for the CPU's matmuls; `bytes` stays the plain rows (every other reader).
+    pub rows16: Option<&'a [u8]>,
 }
 
 impl<'a> WeightView<'a> {
@@ -193,6 +196,7 @@ impl<'a> WeightView<'a> {
             ty: self.ty,
             shape: Shape::d2(self.shape.0[0], self.shape.0[1]),
             bytes: &self.bytes[e * mb..(e + 1) * mb],
+            rows16: self.rows16.map(|p| &p[e * mb..(e + 1) * mb]),
         }
     }
     /// The whole tensor dequantized to f32 (for small tensors: norms, biases, conv taps).

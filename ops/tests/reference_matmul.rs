@@ -51,6 +51,7 @@ fn view<'a>(ty: GgmlType, shape: Shape, bytes: &'a [u8]) -> WeightView<'a> {
         ty,
         shape,
         bytes,
+        rows16: None,
     }
 }
 

@@ -21,6 +21,7 @@ fn wf32<'a>(shape: Shape, bytes: &'a [u8]) -> WeightView<'a> {
         ty: GgmlType::F32,
         shape,
         bytes,
+        rows16: None,
     }
 }
 

@@ -185,6 +185,7 @@ fn conv(x: &[f32], c: usize, w: &[f32], d_conv: usize, st: &mut LayerState) -> V
         ty: GgmlType::F32,
         shape: Shape::d2(d_conv, c),
         bytes: &wb,
+        rows16: None,
     };
     run(
         &Op::Conv1dCausal { d_conv, state: 0 },

@@ -251,6 +251,7 @@ fn view<'a>(g: &'a pn_engine::Gguf, name: &str) -> pn_ops::WeightView<'a> {
         ty: info.ty,
         shape: pn_ops::Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]),
         bytes: g.tensor_bytes(info),
+        rows16: None,
     }
 }
 

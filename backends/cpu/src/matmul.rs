@@ -5,7 +5,7 @@ use crate::par;
 use crate::scratch::Shared;
 use pn_ops::quant;
 use pn_ops::reference::common::{act_f32, act_format, act_i32, out_f32, qerr, weight};
-use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
+use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value, WeightView};
 use rayon::prelude::*;
 
 /// Rows of weights per parallel task.
@@ -92,26 +92,20 @@ pub(crate) fn with_tmp<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
 }
 
 /// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds
-/// `n` weight rows of `wty` and `xq` holds `t` converted activation rows of `rb` bytes.
-/// Parallel over blocks of weight rows; inside a block, `quant::vec_dot_block` dots the
-/// rows with all the tokens, each decoded weight block shared by a tile of tokens
-/// (bitwise equal to `vec_dot` whatever the tiling, so results do not depend on the
-/// batch or the thread count).
-#[allow(clippy::too_many_arguments)]
-pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t: usize, y: &mut [f32]) {
+/// `n` weight rows of `wty` (`w.rows16`: the same rows interleaved, when made) and `xq`
+/// holds `t` converted activation rows of `rb` bytes. Parallel over blocks of weight rows
+/// (whole 16-row groups); inside a block, [`dot_rows`] dots the rows with all the tokens,
+/// each decoded weight block shared by a tile of tokens (bitwise equal to `vec_dot`
+/// whatever the tiling, so results do not depend on the batch or the thread count).
+pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usize, y: &mut [f32]) {
     debug_assert_eq!(y.len(), n * t);
     if n == 0 || t == 0 {
         return;
     }
-    let wrb = wty.row_bytes(k).unwrap_or(0);
     let work = k.max(1);
     if t == 1 {
         // y is [n]: split it by row blocks directly.
-        let run = |b: usize, ys: &mut [f32]| {
-            let r0 = b * ROW_BLOCK;
-            let w = w.get(r0 * wrb..).unwrap_or(&[]);
-            quant::vec_dot_block(wty, k, w, wrb, ys.len(), xq, rb, 1, ys, 1);
-        };
+        let run = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * ROW_BLOCK, ys.len(), xq, rb, 1, ys, 1);
         if n * work < par::SERIAL_WORK || par::outside_pool() {
             y.chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, ys)| run(b, ys));
         } else {
@@ -126,12 +120,7 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
     with_tmp(|tmp| {
     tmp.clear();
     tmp.resize(n * t, 0.0);
-    let block = |b: usize, ys: &mut [f32]| {
-        let r0 = b * ROW_BLOCK_BATCH;
-        let nr = ys.len() / t;
-        let w = w.get(r0 * wrb..).unwrap_or(&[]);
-        quant::vec_dot_block(wty, k, w, wrb, nr, xq, rb, t, ys, t);
-    };
+    let block = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * ROW_BLOCK_BATCH, ys.len() / t, xq, rb, t, ys, t);
     if n * t * work < par::SERIAL_WORK || par::outside_pool() {
         tmp.chunks_mut(ROW_BLOCK_BATCH * t)
             .enumerate()
@@ -143,6 +132,20 @@ pub fn gemm(wty: GgmlType, k: usize, n: usize, w: &[u8], xq: &[u8], rb: usize, t
     }
     par::transpose(tmp, n, t, y);
     })
+}
+
+/// `out[r·ostride + j]` = row `r0 + r` of `w` (`k` elements a row) · activation row `j`
+/// of `xq` (`rb` bytes apart), for `r < nr`, `j < t`: from the `rows16` copy when there
+/// is one and the block starts on a 16-row group, else from the plain rows.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &[u8], rb: usize, t: usize, out: &mut [f32], ostride: usize) {
+    let wrb = w.ty.row_bytes(k).unwrap_or(0);
+    match w.rows16 {
+        Some(p) if r0 % 16 == 0 && nr % 16 == 0 => {
+            quant::rows16::vec_dot_block(w.ty, k, p.get(r0 * wrb..).unwrap_or(&[]), nr, xq, rb, t, out, ostride)
+        }
+        _ => quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride),
+    }
 }
 
 pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {
@@ -169,7 +172,7 @@ pub fn matmul_into(ins: &[Value<'_>], out: &TensorMeta, y: &mut [f32]) -> Result
     crate::norm::len_check(OP, n * t, y.len())?;
     with_xq(|xq| {
         quantize_rows_to(at, x, k, rb, xq);
-        gemm(w.ty, k, n, w.bytes, xq, rb, t, y);
+        gemm(&w, k, n, xq, rb, t, y);
     });
     Ok(())
 }

@@ -5,13 +5,13 @@
 //! result is kept, and finally each token sums its slots in selection order — the
 //! reference's order, whatever the batch.
 
-use crate::matmul::quantize_rows_to;
+use crate::matmul::{dot_rows, quantize_rows_to};
 use crate::par;
 use pn_ops::reference::common::{
     act_f32, act_format, act_i32, out_f32, out_i32, silu, topk_before, MOE_MIN_WEIGHT_SUM,
 };
 use pn_ops::reference::moe::ExpertSet;
-use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
+use pn_ops::{OpError, Tensor, TensorMeta, Value};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -280,27 +280,23 @@ fn moe_block(
 
     // Phase 1, gate and up of every active expert as one parallel loop over (expert,
     // block of rows): expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
-    let gu_w = |e: usize| -> (&[u8], &[u8]) { (ex.gate.expert(e).bytes, ex.up.expert(e).bytes) };
-    let gwrb = ex.gate.ty.row_bytes(kd).unwrap_or(0);
-    let uwrb = ex.up.ty.row_bytes(kd).unwrap_or(0);
     let gu = grown(gu, n_slots * 2 * f);
     expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, ys| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         // rows r0..r0+nr of [gate (F rows); up (F rows)], split where they meet
         let mut r = r0;
         while r < r0 + nr {
-            let (ty, w, wrb, xs, rb, row, end) = if r < f {
-                (ex.gate.ty, gu_w(e).0, gwrb, xgs, grb, r, (r0 + nr).min(f))
+            let (w, xs, rb, row, end) = if r < f {
+                (ex.gate.expert(e), xgs, grb, r, (r0 + nr).min(f))
             } else if merged {
-                (ex.gate.ty, gu_w(e).0, gwrb, xgs, grb, r, r0 + nr)
+                (ex.gate.expert(e), xgs, grb, r, r0 + nr)
             } else {
                 let xs = xus.unwrap_or(xgs);
                 let rb = if xus.is_some() { urb } else { grb };
-                (ex.up.ty, gu_w(e).1, uwrb, xs, rb, r - f, r0 + nr)
+                (ex.up.expert(e), xs, rb, r - f, r0 + nr)
             };
-            let w = w.get(row * wrb..).unwrap_or(&[]);
             let o = &mut ys[(r - r0) * n..(end - r0) * n];
-            tiles(ty, kd, w, wrb, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o);
+            dot_rows(&w, kd, row, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o, n);
             r = end;
         }
     });
@@ -327,13 +323,11 @@ fn moe_block(
     });
 
     // Phase 2, down: expert e's results at res[kd·starts[e]..] as [K rows][n_e].
-    let dwrb = ex.down.ty.row_bytes(f).unwrap_or(0);
     let hq = &*hq;
     let res = grown(res, n_slots * kd);
     expert_blocks(res, active, starts, kd, f, |e, r0, nr, ys| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        let w = ex.down.expert(e).bytes.get(r0 * dwrb..).unwrap_or(&[]);
-        tiles(ex.down.ty, f, w, dwrb, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys);
+        dot_rows(&ex.down.expert(e), f, r0, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys, n);
     });
     // ... turned into slot rows (in `order`), in place (through a per-thread copy).
     per_expert(res, active, starts, kd, |e, d| {
@@ -493,8 +487,3 @@ where
     });
 }
 
-/// `o[r·n + j] = vec_dot(row r of w, xs[j])` for r < nr, j < n.
-#[allow(clippy::too_many_arguments)]
-fn tiles(ty: GgmlType, k: usize, w: &[u8], wrb: usize, nr: usize, xs: &[u8], rb: usize, n: usize, o: &mut [f32]) {
-    pn_ops::quant::vec_dot_block(ty, k, w, wrb, nr, xs, rb, n, o, n);
-}

@@ -75,7 +75,7 @@ fn slice(v: &[f32], per: usize, a: usize, b: usize) -> Vec<f32> {
 /// reference's execute); returns both outputs.
 fn run(exec: &Exec<'_>, inp: &Inputs, a: usize, b: usize, st: &mut LayerState) -> (Vec<f32>, Vec<f32>) {
     let t = b - a;
-    let w = WeightView { name: "taps", ty: GgmlType::F32, shape: Shape::d2(D_CONV, C), bytes: &inp.taps };
+    let w = WeightView { name: "taps", ty: GgmlType::F32, shape: Shape::d2(D_CONV, C), bytes: &inp.taps, rows16: None };
     let x = Tensor::f32(Shape::d2(C, t), slice(&inp.x, C, a, b));
     let conv = exec(&Op::Conv1dCausal { d_conv: D_CONV, state: 0 }, &[Value::Act(&x), Value::Weight(w)], &TensorMeta::f32(Shape::d2(C, t)), st);
     let q = Tensor::f32(Shape::d3(DK, HK, t), slice(&inp.q, DK * HK, a, b));
@@ -152,7 +152,7 @@ fn cpu_multi_sequence_history_is_per_sequence() {
     let mut sts = [fresh(), fresh()];
     let recs: Vec<Recording> = sts.iter().zip(lens).map(|(s, n)| Recording::start([rec(s)], n)).collect();
     let x = Tensor::f32(Shape::d2(C, t), cat(&|i| &i.x));
-    let w = WeightView { name: "taps", ty: GgmlType::F32, shape: Shape::d2(D_CONV, C), bytes: &inp[0].taps };
+    let w = WeightView { name: "taps", ty: GgmlType::F32, shape: Shape::d2(D_CONV, C), bytes: &inp[0].taps, rows16: None };
     let q = Tensor::f32(Shape::d3(DK, HK, t), cat(&|i| &i.q));
     let k = Tensor::f32(Shape::d3(DK, HK, t), cat(&|i| &i.k));
     let v = Tensor::f32(Shape::d3(DV, HV, t), cat(&|i| &i.v));

@@ -7,6 +7,8 @@
 //! `matmul_few_tokens`: the non-expert matmuls the same way. `CFGS="a=;b=1:99,3:99"`
 //! (name=knob:value,…; knobs `pn_ops::quant::KNOB_*`) alternates dispatch thresholds call
 //! by call in one process: on a box shared with other work, the only A/B that means much.
+//! The word `r16` in a set (`CFGS="plain=;r16=r16"`) gives its calls the weights'
+//! `rows16` copies (`pn_ops::quant::rows16`), as the loader does.
 #![cfg(target_arch = "x86_64")]
 
 use pn_cpu::CpuBackend;
@@ -63,6 +65,10 @@ fn moe_few_tokens() {
             )
         })
         .collect();
+    let ws16: Vec<(Vec<u8>, Vec<u8>, Vec<u8>)> = ws
+        .iter()
+        .map(|(g, u, d)| (rows16_of(GgmlType::Q4K, kd, f * e, g), rows16_of(GgmlType::Q4K, kd, f * e, u), rows16_of(GgmlType::Q6K, f, kd * e, d)))
+        .collect();
     let per_expert = 2 * GgmlType::Q4K.row_bytes(kd).unwrap() * f + GgmlType::Q6K.row_bytes(f).unwrap() * kd;
     let tokens: Vec<usize> = std::env::var("NS")
         .ok()
@@ -94,18 +100,21 @@ fn moe_few_tokens() {
         let mut times = vec![Vec::new(); cf.len()];
         let mut call = 0;
         for rep in 0..reps + layers {
-            for (c, (_, kn)) in cf.iter().enumerate() {
+            for (c, (_, kn, r16)) in cf.iter().enumerate() {
                 pn_ops::quant::set_knobs(kn);
-                let (g, u, d) = &ws[call % layers];
+                let ((g, u, d), (g16, u16, d16)) = (&ws[call % layers], &ws16[call % layers]);
                 call += 1;
-                let view = |name, ty, shape, bytes| Value::Weight(WeightView { name, ty, shape, bytes });
+                fn copy(on: bool, p: &[u8]) -> Option<&[u8]> {
+                    (on && !p.is_empty()).then_some(p)
+                }
+                let view = |name, ty, shape, bytes, rows16| Value::Weight(WeightView { name, ty, shape, bytes, rows16 });
                 let ins = [
                     Value::Act(&x),
                     Value::Act(&ids),
                     Value::Act(&wt),
-                    view("g", GgmlType::Q4K, Shape::d3(kd, f, e), g),
-                    view("u", GgmlType::Q4K, Shape::d3(kd, f, e), u),
-                    view("d", GgmlType::Q6K, Shape::d3(f, kd, e), d),
+                    view("g", GgmlType::Q4K, Shape::d3(kd, f, e), g, copy(*r16, g16)),
+                    view("u", GgmlType::Q4K, Shape::d3(kd, f, e), u, copy(*r16, u16)),
+                    view("d", GgmlType::Q6K, Shape::d3(f, kd, e), d, copy(*r16, d16)),
                 ];
                 let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
                 let op = Op::MoeExperts { merged_gate_up: false };
@@ -119,7 +128,7 @@ fn moe_few_tokens() {
         }
         let bytes = (distinct.len() * per_expert) as f64;
         let mut line = format!("n={t:4} experts {:3}", distinct.len());
-        for (c, (name, _)) in cf.iter().enumerate() {
+        for (c, (name, _, _)) in cf.iter().enumerate() {
             times[c].sort_by(f64::total_cmp);
             let (best, q1, med) = (times[c][0], times[c][times[c].len() / 4], times[c][times[c].len() / 2]);
             let bw = *bw1.get_or_insert(bytes / best);
@@ -129,19 +138,32 @@ fn moe_few_tokens() {
     }
 }
 
-/// Knob sets to compare: `CFGS="a=;b=0:9,1:99"` (name=knob:value,…; `;` between sets).
-fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
+/// `w` (`rows` rows of `k` elements of `ty`) in the `rows16` layout where the loader
+/// would make it (empty: none).
+fn rows16_of(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Vec<u8> {
+    let mut p = vec![0u8; w.len()];
+    if pn_ops::quant::rows16::available(ty, k, rows) && pn_ops::quant::rows16::repack(ty, k, rows, w, &mut p) {
+        p
+    } else {
+        Vec::new()
+    }
+}
+
+/// Knob sets to compare: `CFGS="a=;b=0:9,1:99"` (name=knob:value,…; `;` between sets);
+/// the word `r16` in a set: its calls read the `rows16` copies.
+fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS], bool)> {
     let spec = std::env::var("CFGS").unwrap_or_else(|_| "base=".into());
     spec.split(';')
         .filter(|c| !c.is_empty())
         .map(|c| {
             let (name, kv) = c.split_once('=').unwrap();
             let mut k = [usize::MAX; pn_ops::quant::N_KNOBS];
-            for p in kv.split(',').filter(|p| !p.is_empty()) {
+            let r16 = kv.split(',').any(|p| p == "r16");
+            for p in kv.split(',').filter(|p| !p.is_empty() && *p != "r16") {
                 let (i, v) = p.split_once(':').unwrap();
                 k[i.parse::<usize>().unwrap()] = v.parse().unwrap();
             }
-            (name.to_string(), k)
+            (name.to_string(), k, r16)
         })
         .collect()
 }
@@ -168,15 +190,18 @@ fn matmul_few_tokens() {
             continue;
         }
         let ws: Vec<Vec<u8>> = (0..layers).map(|_| weights(ty, k, n, &mut rng)).collect();
+        let ws16: Vec<Vec<u8>> = ws.iter().map(|w| rows16_of(ty, k, n, w)).collect();
         let bytes = ws[0].len() as f64;
         for &t in &ns {
             let x = Tensor::f32(Shape::d2(k, t), pn_ops::testing::uniform(k * t, 3, 99991));
             let mut times = vec![Vec::new(); cf.len()];
             let mut call = 0;
             for rep in 0..reps + 2 {
-                for (c, (_, kn)) in cf.iter().enumerate() {
+                for (c, (_, kn, r16)) in cf.iter().enumerate() {
                     pn_ops::quant::set_knobs(kn);
-                    let w = WeightView { name: "w", ty, shape: Shape::d2(k, n), bytes: &ws[call % layers] };
+                    let p = &ws16[call % layers];
+                    let rows16 = (*r16 && !p.is_empty()).then_some(&p[..]);
+                    let w = WeightView { name: "w", ty, shape: Shape::d2(k, n), bytes: &ws[call % layers], rows16 };
                     call += 1;
                     let ins = [Value::Weight(w), Value::Act(&x)];
                     let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
@@ -189,7 +214,7 @@ fn matmul_few_tokens() {
                 }
             }
             let mut line = format!("{ty} {k}x{n} n={t:3}");
-            for (c, (name, _)) in cf.iter().enumerate() {
+            for (c, (name, _, _)) in cf.iter().enumerate() {
                 times[c].sort_by(f64::total_cmp);
                 let (b, m) = (times[c][0], times[c][times[c].len() / 2]);
                 line += &format!(" | {name} {b:6.3}/{m:6.3} ms {:5.1} GB/s", bytes / b / 1e6);

@@ -64,6 +64,7 @@ fn perf() {
         ty: GgmlType::Q4K,
         shape: Shape::d2(k, n),
         bytes: &wb,
+        rows16: None,
     };
     for t in [1, 64] {
         let x = Tensor::f32(Shape::d2(k, t), data(k * t, 1));
@@ -145,12 +146,14 @@ fn perf() {
         ty: GgmlType::Q4K,
         shape: Shape::d3(kd, 2 * f, e),
         bytes: &gu,
+        rows16: None,
     };
     let dn = WeightView {
         name: "d",
         ty: GgmlType::Q4K,
         shape: Shape::d3(f, kd, e),
         bytes: &dn,
+        rows16: None,
     };
     for t in [1, 64] {
         let x = Tensor::f32(Shape::d2(kd, t), data(kd * t, 9));

@@ -142,6 +142,7 @@ mod tests {
             ty,
             shape,
             bytes,
+            rows16: None,
         }
     }
 

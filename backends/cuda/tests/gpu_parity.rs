@@ -191,6 +191,7 @@ fn wv<'a>(name: &'a str, ty: GgmlType, shape: Shape, bytes: &'a [u8]) -> Value<'
         ty,
         shape,
         bytes,
+        rows16: None,
     })
 }
 

@@ -7,7 +7,10 @@ use std::path::Path;
 /// How a model file's bytes get into memory ([`Gguf::open_with`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LoadMode {
-    /// `Copy` when the file takes at most half of the memory available now, else `Mmap`.
+    /// `Copy` when the file takes at most half of the memory available now, else `Mmap`;
+    /// always `Mmap` where the CPU's matmuls read `rows16` copies of the K-quants
+    /// (`Gguf::prepare_rows16`: a mapped file drops the plain pages they replace, a copy
+    /// could not, and the copies are in huge pages themselves).
     Auto,
     /// Memory-map the file (lazy, pages shared with the page cache and reclaimable).
     Mmap,
@@ -51,7 +54,10 @@ impl Gguf {
         let copy = match mode {
             LoadMode::Mmap => false,
             LoadMode::Copy => true,
-            LoadMode::Auto => len > 0 && mem_available().is_some_and(|avail| len.saturating_mul(2) <= avail),
+            LoadMode::Auto => {
+                let rows16 = pn_ops::quant::rows16::available(pn_ops::GgmlType::Q4K, 256, 16);
+                !rows16 && len > 0 && mem_available().is_some_and(|avail| len.saturating_mul(2) <= avail)
+            }
         };
         if copy && len > 0 {
             if let Some(g) = Gguf::read_into_huge_pages(path, len, progress)? {
@@ -80,7 +86,7 @@ impl Gguf {
             progress((i * CHUNK + chunk.len()) as u64, len as u64);
         }
         let m = m.make_read_only().map_err(io)?;
-        Gguf::from_backing(Backing::Mmap(m)).map(Some)
+        Gguf::from_backing(Backing::Anon(m)).map(Some)
     }
 
 }

@@ -18,6 +18,7 @@
 
 mod load;
 mod parse;
+mod rows16;
 
 pub use load::LoadMode;
 
@@ -296,7 +297,10 @@ impl TensorInfo {
 
 /// Where the file's bytes live.
 enum Backing {
+    /// The file mapped (its pages the page cache's).
     Mmap(memmap2::Mmap),
+    /// The file read into anonymous memory ([`LoadMode::Copy`]).
+    Anon(memmap2::Mmap),
     Vec(Vec<u8>),
     Static(&'static [u8]),
 }
@@ -304,7 +308,7 @@ enum Backing {
 impl Backing {
     fn bytes(&self) -> &[u8] {
         match self {
-            Backing::Mmap(m) => m,
+            Backing::Mmap(m) | Backing::Anon(m) => m,
             Backing::Vec(v) => v,
             Backing::Static(s) => s,
         }
@@ -320,6 +324,8 @@ pub struct Gguf {
     kv_index: HashMap<String, usize>,
     tensor_index: HashMap<String, usize>,
     backing: Backing,
+    /// Per tensor, its `rows16` copy once made ([`Gguf::prepare_rows16`]).
+    rows16: Vec<std::sync::OnceLock<Option<memmap2::Mmap>>>,
 }
 
 impl std::fmt::Debug for Gguf {
@@ -376,6 +382,7 @@ impl Gguf {
     }
     fn from_backing(backing: Backing) -> Result<Gguf, GgufError> {
         let p = parse::parse(backing.bytes())?;
+        let rows16 = (0..p.tensors.len()).map(|_| std::sync::OnceLock::new()).collect();
         Ok(Gguf {
             version: p.version,
             alignment: p.alignment,
@@ -385,6 +392,7 @@ impl Gguf {
             kv_index: p.kv_index,
             tensor_index: p.tensor_index,
             backing,
+            rows16,
         })
     }
 
@@ -394,7 +402,7 @@ impl Gguf {
     }
     /// Whether the file is memory-mapped (as opposed to held in a Vec or a static).
     pub fn is_mmapped(&self) -> bool {
-        matches!(self.backing, Backing::Mmap(_))
+        matches!(self.backing, Backing::Mmap(_) | Backing::Anon(_))
     }
 
     pub fn get(&self, key: &str) -> Option<&MetaValue> {

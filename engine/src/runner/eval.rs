@@ -79,6 +79,7 @@ impl Runner {
                     ty: info.ty,
                     shape: super::weight_shape(info),
                     bytes: self.gguf.tensor_bytes(info),
+                    rows16: self.gguf.rows16(w.tensor),
                 }
             })
             .collect();

@@ -396,6 +396,7 @@ impl Runner {
                 });
             }
         }
+        self.prepare_rows16(&graph, &plan, &prog);
         if self.debug >= 1 {
             let (n, k, all) = (geom.n_tokens, geom.seqs, geom.all_logits);
             eprint!("[pn] plan for {n} tokens of {k} sequences (all logits: {all}):\n{}", plan.summary(&graph));
@@ -432,6 +433,26 @@ impl Runner {
             .expect("plan cache lock")
             .insert(key, c.clone());
         Ok(c)
+    }
+
+    /// The `rows16` copies (`Gguf::prepare_rows16`) of the weights that the matmuls and
+    /// experts of host-memory dies read: made once, at the first plan (load time), so
+    /// the CPU kernels never transpose their rows per call (`PN_NO_REPACK=1`: none).
+    fn prepare_rows16(&self, graph: &Graph, plan: &Plan, prog: &Program) {
+        let mut ixs = Vec::new();
+        for s in plan.segments.iter().filter(|s| self.memory[s.die] == Memory::Host) {
+            for &id in &s.nodes {
+                let node = graph.node(id);
+                if matches!(node.op, pn_ops::Op::MatMul | pn_ops::Op::MoeExperts { .. }) {
+                    ixs.extend(prog.weights.iter().filter(|w| node.inputs.contains(&w.node)).map(|w| w.tensor));
+                }
+            }
+        }
+        let t0 = std::time::Instant::now();
+        let made = self.gguf.prepare_rows16(&ixs);
+        if made > 0 && self.debug >= 1 {
+            eprintln!("[pn] rows16: {made} bytes of weights interleaved for the CPU in {:.2?}", t0.elapsed());
+        }
     }
 
     /// Each segment's ops bound to their slots, compiled by its die's backend.

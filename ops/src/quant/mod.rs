@@ -21,6 +21,8 @@
 //!   AVX2 or AVX-512 VNNI), `x86_pack16` (K-quants decoded once per 16 rows for a
 //!   whole batch, AVX-512 VNNI), `x86_pack8` (Q4_K / Q5_K / Q6_K once per 8 rows, plain
 //!   AVX2): selected at run time, the scalar fallback always kept.
+//! - [`rows16`]: the 16-row interleaved copy of K-quant weights a host backend makes at
+//!   load (`x86_rows16`: the same kernels without their per-call transposes).
 //!
 //! Every scalar kernel is also reachable through [`scalar`] so SIMD kernels can be
 //! tested against it.
@@ -68,6 +70,9 @@ mod x86_fused8;
 mod x86_pack8;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack_q8;
+#[cfg(target_arch = "x86_64")]
+mod x86_rows16;
+pub mod rows16;
 
 /// F16 bits -> f32 with F16C when available (false: not done, use the scalar path).
 #[cfg(target_arch = "x86_64")]

@@ -26,7 +26,7 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{self, finish16, pack16, Packed16, Scratch16, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -388,22 +388,22 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS, IQ4XS>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
-            Q6K => run::<Q6K, Q6K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
-            Q5K => run::<Q5K, Q4K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
-            _ => run::<Q4K, Q4K>(nb, nr, w, ws, a, astride, m, tail, out, ostride, sc, next),
+            IQ4XS => run::<IQ4XS, IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
+            Q6K => run::<Q6K, Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
+            Q5K => run::<Q5K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
+            _ => run::<Q4K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
         }
     }
 }
 
-/// `group16` for format `F` (packing) with dot formula `D`.
+/// `group16` for format `F` (packing) with dot formula `D`, the rows' blocks from `src`
+/// (block 0; plain rows or the `rows16` layout).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const F: u8, const D: u8>(
+pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
     nb: usize,
     nr: usize,
-    w: *const u8,
-    ws: usize,
+    src: S,
     a: *const u8,
     astride: usize,
     m: usize,
@@ -427,7 +427,7 @@ unsafe fn run<const F: u8, const D: u8>(
         // SAFETY: an all-zero bit pattern is a valid Packed16.
         sc.pk.pks.resize(nb, std::mem::zeroed());
         for i in 0..nb {
-            pack16::<F>(w, ws, nr, i, &mut sc.pk.pks[i]);
+            pack16_from::<F, S>(src.block::<F>(i), &mut sc.pk.pks[i]);
         }
         if F == Q6K {
             sc.digits.resize(nb, std::mem::zeroed());
@@ -464,7 +464,7 @@ unsafe fn run<const F: u8, const D: u8>(
             if mt <= VNNI_TAIL {
                 // a few tokens left: `x86_pack16`'s tiles over the packed blocks (a padded
                 // tile product would compute 16)
-                x86_pack16::run::<F>(nb, nr, std::ptr::null(), 0, a.add(t0 * astride), astride, mt, &mut out[t0..], ostride, &mut sc.pk, None, true);
+                x86_pack16::run::<F, S>(nb, nr, src, a.add(t0 * astride), astride, mt, &mut out[t0..], ostride, &mut sc.pk, None, true);
                 break;
             }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };

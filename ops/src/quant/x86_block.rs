@@ -248,7 +248,7 @@ pub fn vec_dot_block(
 /// Whether a K-quant block (`kind`, `n`-element rows) of `m` tokens runs through the AMX
 /// tiles: the CPU has them, there are enough tokens (Q6_K: its digit form's break-even),
 /// and the activation rows do not overlap (a tile load reads whole rows of 16 tokens).
-fn takes_amx(kind: u8, m: usize, n: usize, astride: usize) -> bool {
+pub(super) fn takes_amx(kind: u8, m: usize, n: usize, astride: usize) -> bool {
     let from = if kind == x86_pack16::Q6K {
         knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS))
     } else {
@@ -260,7 +260,7 @@ fn takes_amx(kind: u8, m: usize, n: usize, astride: usize) -> bool {
 /// The last `m % 16` tokens of `a` (rows of `rb` bytes, `astride` apart) copied into `buf`
 /// and padded with zero rows to a whole 16-token tile, when they are more than the
 /// AVX-512 tail takes (`x86_amx::VNNI_TAIL`); else null.
-fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &mut Vec<u8>) -> *const u8 {
+pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &mut Vec<u8>) -> *const u8 {
     let full = m / 16 * 16;
     if m - full <= x86_amx::VNNI_TAIL {
         return std::ptr::null();
@@ -375,12 +375,12 @@ thread_local! {
     // SAFETY: an all-zero bit pattern is a valid Packed8 (vectors and floats).
     static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
-    static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
+    pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
-    static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
+    pub(super) static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
     /// `x86_amx`'s scratch and the padded copy of the last token tile.
-    static AMX: std::cell::RefCell<(x86_amx::ScratchAmx, Vec<u8>)> = std::cell::RefCell::new(Default::default());
+    pub(super) static AMX: std::cell::RefCell<(x86_amx::ScratchAmx, Vec<u8>)> = std::cell::RefCell::new(Default::default());
 }
 
 /// Geometry of one `vec_dot_block` call.
@@ -553,7 +553,7 @@ mod tests {
 /// bytes a row): `g` its first row, `nr` ≤ `group` its rows, `next` the following group's
 /// weights to prefetch meanwhile (`next_group`): the loop of every prefetching packed kernel.
 #[inline(always)]
-fn each_group(w: &[u8], rows: usize, group: usize, wstride: usize, wrb: usize, mut f: impl FnMut(usize, usize, Option<(*const u8, usize)>)) {
+pub(super) fn each_group(w: &[u8], rows: usize, group: usize, wstride: usize, wrb: usize, mut f: impl FnMut(usize, usize, Option<(*const u8, usize)>)) {
     for g in (0..rows).step_by(group) {
         f(g, (rows - g).min(group), next_group(w, g, group, rows, wstride, wrb));
     }

@@ -10,7 +10,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, block_bytes, finish16, pack_scales16, raw16, store_rows, Packed16, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, pack_scales16, store_rows, Packed16, Rows, Src, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -28,15 +28,13 @@ unsafe fn prefetch(at: *const u8, off: usize, len: usize) {
     }
 }
 
-/// The integer sums of super-block `xb` (16 rows, stride `ws`) with `M` tokens' Q8_K
+/// The integer sums of super-block `src` (16 rows) with `M` tokens' Q8_K
 /// blocks at `y + j·astride` (their `qs`): `isum[j]` lane r = Σ_s scale_s · Σ_sub-block
 /// products of row r. `pf`: (pointer, bytes per step) prefetched at each of the 4 (Q4_K /
 /// Q5_K) or 8 (Q6_K) steps.
 #[inline(always)]
-unsafe fn ints16<const F: u8, const M: usize>(
-    xb: *const u8,
-    ws: usize,
-    nr: usize,
+unsafe fn ints16<const F: u8, const M: usize, S: Src>(
+    src: S,
     pk: &Packed16,
     y: *const u8,
     astride: usize,
@@ -51,15 +49,15 @@ unsafe fn ints16<const F: u8, const M: usize>(
             bcast4(y.add($j * astride + Q8_K_QS + 4 * ($e)))
         };
     }
-    // SAFETY (whole body): the caller guarantees 16 rows of whole blocks at xb (Q4_K qs
+    // SAFETY (whole body): the caller guarantees 16 rows of whole blocks at src (Q4_K qs
     // 128 B @16; Q5_K qh 32 B @16, qs @48; Q6_K ql 128 B @0, qh 64 B @128) and every
     // token's whole Q8_K block at y + j·astride; AVX-512 enabled in every caller.
     unsafe {
         if F == Q6K {
             let m2 = _mm512_set1_epi8(3);
             for half in 0..2 {
-                let q = [raw16(xb, ws, nr, 64 * half), raw16(xb, ws, nr, 64 * half + 32)];
-                let h = raw16(xb, ws, nr, 128 + 32 * half);
+                let q = [src.raw::<F>(64 * half), src.raw::<F>(64 * half + 32)];
+                let h = src.raw::<F>(128 + 32 * half);
                 for k in 0..4 {
                     prefetch(pf.0, (4 * half + k) * pf.1, pf.1);
                     // element vectors 8·cb + g; sub-block 2·cb + g / 4
@@ -84,11 +82,11 @@ unsafe fn ints16<const F: u8, const M: usize>(
         } else {
             // nibble h of qs chunk c is sub-block 2c + h; Q5_K's fifth bit = bit 2c + h of qh
             let qs_off = if F == Q5K { 48 } else { 16 };
-            let qh = if F == Q5K { raw16(xb, ws, nr, 16) } else { [z; 8] };
+            let qh = if F == Q5K { src.raw::<F>(16) } else { [z; 8] };
             let one = _mm512_set1_epi8(1);
             for c in 0..4 {
                 prefetch(pf.0, c * pf.1, pf.1);
-                let q = raw16(xb, ws, nr, qs_off + 32 * c);
+                let q = src.raw::<F>(qs_off + 32 * c);
                 let (mut al, mut ah) = ([z; M], [z; M]);
                 for g in 0..8 {
                     let mut l = _mm512_and_si512(q[g], m4);
@@ -140,7 +138,7 @@ pub unsafe fn group16_fused(
     macro_rules! go {
         ($f:expr, $mm:literal) => {
             // SAFETY: the caller's contract.
-            unsafe { run::<{ $f }, $mm>(nb, nr, w, ws, a, astride, out, ostride, pk, next) }
+            unsafe { run::<{ $f }, $mm, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, out, ostride, pk, next) }
         };
     }
     macro_rules! by_m {
@@ -161,13 +159,14 @@ pub unsafe fn group16_fused(
     }
 }
 
+/// `group16_fused` for format `F` and `M` tokens, the rows' blocks from `src` (block 0;
+/// plain rows or the `rows16` layout).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const F: u8, const M: usize>(
+pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
     nb: usize,
     nr: usize,
-    w: *const u8,
-    ws: usize,
+    src: S,
     a: *const u8,
     astride: usize,
     out: &mut [f32],
@@ -183,10 +182,10 @@ unsafe fn run<const F: u8, const M: usize>(
         // SAFETY: the caller guarantees 16 rows of nb blocks at w and every token's nb
         // blocks; the prefetch window stays inside `next` (a hint past it never faults).
         unsafe {
-            let xb = w.add(i * block_bytes::<F>());
-            pack_scales16::<F>(xb, ws, nr, pk);
+            let s = src.block::<F>(i);
+            pack_scales16::<F, S>(s, pk);
             let pf = (pf_at.wrapping_add(i * steps * per_step), per_step);
-            let isum = ints16::<F, M>(xb, ws, nr, pk, a.add(i * Q8_K_BYTES), astride, pf);
+            let isum = ints16::<F, M, S>(s, pk, a.add(i * Q8_K_BYTES), astride, pf);
             finish16::<F, M>(pk, i, a, astride, &isum, &mut sumf);
         }
     }

@@ -8,6 +8,7 @@
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
 use super::x86_tile::{ld, MAX_TILE};
+pub(super) use super::x86_rows16::{Rows, Src};
 use std::arch::x86_64::*;
 
 /// One super-block of 16 rows, decoded (rows 0..8 in the low 256 bits of each vector).
@@ -85,7 +86,7 @@ pub(super) unsafe fn raw16(xb: *const u8, ws: usize, nr: usize, off: usize) -> [
 /// elements 32·cb + 4g .. +4 of row r, as unsigned values (Q4_K 0..15, Q5_K 0..31, Q6_K
 /// 0..63, IQ4_XS its table + 128).
 #[inline(always)]
-unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
+unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
     let m4 = _mm512_set1_epi8(0x0f);
     // (macros, not closures: a closure would not inherit the target features)
     macro_rules! lo {
@@ -98,7 +99,7 @@ unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &m
             _mm512_and_si512(_mm512_srli_epi16::<4>($v), m4)
         };
     }
-    // SAFETY (whole body): xb holds 16 rows of whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B
+    // SAFETY (whole body): `s` holds 16 rows of whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B
     // @16, qs 128 B @48) / Q6_K (ql 128 B @0, qh 64 B @128) / IQ4_XS (qs 128 B @8)
     // blocks; AVX-512 enabled in every caller.
     unsafe {
@@ -107,7 +108,7 @@ unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &m
             // low nibbles are elements 0..16, the high ones 16..32
             let t = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
             for p in 0..4 {
-                let v = raw16(xb, ws, nr, 8 + 32 * p);
+                let v = s.raw::<F>(8 + 32 * p);
                 for g in 0..4 {
                     pk.w[16 * p + g] = _mm512_shuffle_epi8(t, lo!(v[g]));
                     pk.w[16 * p + 4 + g] = _mm512_shuffle_epi8(t, hi!(v[g]));
@@ -120,8 +121,8 @@ unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &m
             // two high bits from qh chunk `half` >> 2k
             let m2 = _mm512_set1_epi8(3);
             for half in 0..2 {
-                let q = [raw16(xb, ws, nr, 64 * half), raw16(xb, ws, nr, 64 * half + 32)];
-                let h = raw16(xb, ws, nr, 128 + 32 * half);
+                let q = [s.raw::<F>(64 * half), s.raw::<F>(64 * half + 32)];
+                let h = s.raw::<F>(128 + 32 * half);
                 for g in 0..8 {
                     let hb = [
                         _mm512_and_si512(h[g], m2),
@@ -138,10 +139,10 @@ unsafe fn pack_elements<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &m
         } else {
             // cb = 2c + h: nibble h of qs chunk c; Q5_K's fifth bit = bit cb of qh
             let qs_off = if F == Q5K { 48 } else { 16 };
-            let qh = if F == Q5K { raw16(xb, ws, nr, 16) } else { [_mm512_setzero_si512(); 8] };
+            let qh = if F == Q5K { s.raw::<F>(16) } else { [_mm512_setzero_si512(); 8] };
             let one = _mm512_set1_epi8(1);
             for c in 0..4 {
-                let q = raw16(xb, ws, nr, qs_off + 32 * c);
+                let q = s.raw::<F>(qs_off + 32 * c);
                 for g in 0..8 {
                     let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
                     if F == Q5K {
@@ -199,33 +200,30 @@ pub(super) const fn block_bytes<const F: u8>() -> usize {
     }
 }
 
-/// Decodes super-block `i` of the 16 rows at `w` (row stride `ws`; rows past `nr`
-/// repeat row `nr − 1`, their results are dropped) into `pk` (`pack_elements`, then the
-/// scales and d across rows).
+/// One super-block of 16 rows from `s` (plain rows or the `rows16` layout) into `pk`.
 #[inline(always)]
-pub(super) unsafe fn pack16<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed16) {
-    // SAFETY (whole body): AVX-512 enabled in every caller; the caller guarantees 16 rows
-    // of whole blocks at w. (No closures: they would not inherit the target features.)
+pub(super) unsafe fn pack16_from<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
+    // SAFETY (whole body): AVX-512 enabled in every caller; the caller guarantees a whole
+    // super-block of 16 rows at `s`.
     unsafe {
-        let xb = w.add(i * block_bytes::<F>());
-        pack_elements::<F>(xb, ws, nr, pk);
-        pack_scales16::<F>(xb, ws, nr, pk);
+        pack_elements::<F, S>(s, pk);
+        pack_scales16::<F, S>(s, pk);
     }
 }
 
-/// The scales, corrections and d / dmin of the super-block at `xb` of the 16 rows into
+/// The scales, corrections and d / dmin of the super-block at `s` of the 16 rows into
 /// `pk` (its elements untouched).
 #[inline(always)]
-pub(super) unsafe fn pack_scales16<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
-    // SAFETY: the caller guarantees 16 rows of whole blocks at xb (Q5_K's header is
+pub(super) unsafe fn pack_scales16<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
+    // SAFETY: the caller guarantees 16 rows of whole blocks at s (Q5_K's header is
     // Q4_K's); AVX-512 enabled in every caller.
     unsafe {
         if F == IQ4XS {
-            iq4xs_scales16(xb, ws, nr, pk)
+            iq4xs_scales16(s.hdr::<F>(0), pk)
         } else if F == Q6K {
-            q6k_scales16(xb, ws, nr, pk)
+            q6k_scales16(s.hdr::<F>(192), s.d6(), pk)
         } else {
-            q4k_scales16(xb, ws, nr, pk)
+            q4k_scales16(s.hdr::<F>(0), pk)
         }
     }
 }
@@ -233,7 +231,7 @@ pub(super) unsafe fn pack_scales16<const F: u8>(xb: *const u8, ws: usize, nr: us
 /// The 16 bytes at `x + r·ws` of the 16 rows as 4 vectors: lane r of `h[k]` = dword k
 /// (bytes 4k..4k+4) of row r (rows past `nr` repeat row `nr − 1`).
 #[inline(always)]
-unsafe fn dwords16(x: *const u8, ws: usize, nr: usize) -> [__m512i; 4] {
+pub(super) unsafe fn dwords16(x: *const u8, ws: usize, nr: usize) -> [__m512i; 4] {
     // SAFETY (whole body): 16 readable bytes at each `x + r·ws`; AVX-512 enabled in every
     // caller. (Macros, not closures: a closure would not inherit the target features.)
     unsafe {
@@ -262,15 +260,14 @@ unsafe fn dwords16(x: *const u8, ws: usize, nr: usize) -> [__m512i; 4] {
     }
 }
 
-/// Q4_K scales, mins (as the `(m, m)` i16 pairs of the correction) and d / dmin of the
-/// 16 blocks at `x + r·ws`, computed across rows in 512-bit lanes (lane r = row r) with
+/// Q4_K scales, mins (as the `(m, m)` i16 pairs of the correction) and d / dmin of 16
+/// blocks from their first 16 bytes `h` (`dwords16`: d, dmin, the 12 scale bytes),
+/// computed across rows in 512-bit lanes (lane r = row r) with
 /// `x86_tile::scales_mins_k4`'s bit formulas, exact as the scalar path.
 #[inline(always)]
-unsafe fn q4k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
-    // SAFETY (whole body): each row's block starts with 16 readable bytes (d, dmin, the
-    // 12 scale bytes); AVX-512 enabled in every caller.
+unsafe fn q4k_scales16(h: [__m512i; 4], pk: &mut Packed16) {
+    // SAFETY (whole body): AVX-512 enabled in every caller.
     unsafe {
-        let h = dwords16(x, ws, nr);
         let (k1, k2, k3) = (_mm512_set1_epi32(0x3f3f_3f3f), _mm512_set1_epi32(0x0f0f_0f0f), _mm512_set1_epi32(0x0303_0303));
         let sc_lo = _mm512_and_si512(h[1], k1);
         let mn_lo = _mm512_and_si512(h[2], k1);
@@ -302,13 +299,12 @@ unsafe fn q4k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
 }
 
 /// IQ4_XS's 8 signed sub-block scales (`ls − 32`), their `(ls, ls)` i16 pairs for the
-/// offset correction, and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes.
+/// offset correction, and d of 16 blocks from their first 16 bytes `h` (d @0, scales_h
+/// @2, scales_l @4), across rows in 512-bit lanes.
 #[inline(always)]
-unsafe fn iq4xs_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
-    // SAFETY (whole body): each row's block is a whole 136-byte IQ4_XS block (d @0,
-    // scales_h @2, scales_l @4); AVX-512 enabled in every caller.
+unsafe fn iq4xs_scales16(h: [__m512i; 4], pk: &mut Packed16) {
+    // SAFETY (whole body): AVX-512 enabled in every caller.
     unsafe {
-        let h = dwords16(x, ws, nr);
         let sh = _mm512_srli_epi32::<16>(h[0]);
         let (f, three, lo16) = (_mm512_set1_epi32(15), _mm512_set1_epi32(3), _mm512_set1_epi32(0xffff));
         for ib in 0..8 {
@@ -324,13 +320,12 @@ unsafe fn iq4xs_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) 
 }
 
 /// Q6_K's 16 signed scales (sign-extended), their i16 pairs for the offset correction,
-/// and d of the 16 blocks at `x + r·ws`, across rows in 512-bit lanes (lane r = row r).
+/// and d of 16 blocks from their scale bytes `h` (`dwords16` @192) and d, across rows in
+/// 512-bit lanes (lane r = row r).
 #[inline(always)]
-unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
-    // SAFETY (whole body): each row's block is a whole 210-byte Q6_K block (scales 16 B
-    // @192, d @208); AVX-512 enabled in every caller.
+unsafe fn q6k_scales16(h: [__m512i; 4], d: __m512, pk: &mut Packed16) {
+    // SAFETY (whole body): AVX-512 enabled in every caller.
     unsafe {
-        let h = dwords16(x.add(192), ws, nr);
         for (k, hk) in h.iter().enumerate() {
             // byte b of the dword, sign-extended: scale 4k + b
             pk.sc[4 * k] = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(*hk));
@@ -342,11 +337,7 @@ unsafe fn q6k_scales16(x: *const u8, ws: usize, nr: usize, pk: &mut Packed16) {
         for p in 0..8 {
             pk.corr[p] = _mm512_or_si512(_mm512_and_si512(pk.sc[2 * p], lo16), _mm512_slli_epi32::<16>(pk.sc[2 * p + 1]));
         }
-        let mut d = [0u16; 16];
-        for (r, dr) in d.iter_mut().enumerate() {
-            *dr = (x.add(r.min(nr - 1) * ws + 208) as *const u16).read_unaligned();
-        }
-        pk.d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i));
+        pk.d = d;
         pk.dm = _mm512_setzero_ps();
     }
 }
@@ -472,23 +463,23 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
-            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
-            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
-            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next, false),
+            IQ4XS => run::<IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
+            Q6K => run::<Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
+            Q5K => run::<Q5K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
+            _ => run::<Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
         }
     }
 }
 
-/// `group16` for format `F`; `prepacked`: `sc.pks` already holds the rows' `nb` packed
-/// super-blocks (`w` unused).
+/// `group16` for format `F`, the rows' blocks from `src` (block 0; plain rows or the
+/// `rows16` layout); `prepacked`: `sc.pks` already holds the rows' `nb` packed
+/// super-blocks (`src` unused).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn run<const F: u8>(
+pub(super) unsafe fn run<const F: u8, S: Src>(
     nb: usize,
     nr: usize,
-    w: *const u8,
-    ws: usize,
+    src: S,
     a: *const u8,
     astride: usize,
     m: usize,
@@ -507,8 +498,8 @@ pub(super) unsafe fn run<const F: u8>(
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
     if !one_tile && !prepacked {
         for i in 0..nb {
-            // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-            unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[i]) };
+            // SAFETY: the caller guarantees 16 rows of nb blocks at src.
+            unsafe { pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[i]) };
         }
     }
     // The next rows (`next`: pointer, bytes) load while the first token tile computes.
@@ -537,8 +528,8 @@ pub(super) unsafe fn run<const F: u8>(
                 let pf = if t0 == 0 { next } else { None };
                 if one_tile {
                     for i in 0..nb {
-                        // SAFETY: the caller guarantees 16 rows of nb blocks at w.
-                        unsafe { pack16::<F>(w, ws, nr, i, &mut sc.pks[0]) };
+                        // SAFETY: the caller guarantees 16 rows of nb blocks at src.
+                        unsafe { pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[0]) };
                         dot!($mm, &sc.pks[..1], i, &mut o, pf);
                     }
                 } else {

@@ -1,0 +1,82 @@
+//! The `rows16` copies of a file's K-quant weights (`pn_ops::quant::rows16`): the rows
+//! interleaved 16 at a time as the CPU's 16-row kernels read them, made once at load for
+//! the weights a host die multiplies every step, so no matmul re-transposes its rows per
+//! call. Same size as the plain bytes; a mapped file then drops its pages of the plain
+//! copy (they come back from the page cache for any other reader), so the resident set
+//! stays about the file's size. A file read into anonymous memory (`LoadMode::Copy`)
+//! gets no copies: its plain bytes could not be dropped.
+
+use super::{Backing, Gguf};
+use pn_ops::quant::rows16;
+
+impl Gguf {
+    /// Makes the `rows16` copy of every tensor of `ixs` that has one on this CPU (a
+    /// K-quant matrix or expert stack with rows in whole 16-row groups; see
+    /// `rows16::available`), in parallel over row groups. Returns the bytes made. A
+    /// tensor made before is skipped.
+    pub fn prepare_rows16(&self, ixs: &[usize]) -> u64 {
+        if matches!(self.backing, Backing::Anon(_)) {
+            return 0;
+        }
+        let mut made = 0;
+        for &ix in ixs {
+            let Some(info) = self.tensors.get(ix) else { continue };
+            let (n, rows) = (info.ne[0] as usize, info.ne[1] as usize);
+            let all_rows = rows * (info.ne[2] * info.ne[3]) as usize;
+            if !rows16::available(info.ty, n, rows) || self.rows16[ix].get().is_some() {
+                continue;
+            }
+            let Some(src) = self.try_tensor_bytes(info) else { continue };
+            let copy = repacked(info.ty, n, all_rows, src);
+            if copy.is_some() {
+                made += src.len() as u64;
+                self.drop_plain_pages(src);
+            }
+            let _ = self.rows16[ix].set(copy);
+        }
+        made
+    }
+
+    /// Tensor `ix`'s `rows16` copy, if made.
+    pub fn rows16(&self, ix: usize) -> Option<&[u8]> {
+        self.rows16.get(ix)?.get()?.as_deref()
+    }
+
+    /// A mapped file's whole pages inside `bytes` (one of its tensors) leave the
+    /// resident set; read again, they fault back in from the file.
+    fn drop_plain_pages(&self, bytes: &[u8]) {
+        let Backing::Mmap(m) = &self.backing else { return };
+        const PAGE: usize = 4096;
+        let start = bytes.as_ptr() as usize - m.as_ptr() as usize;
+        let (a, b) = (start.next_multiple_of(PAGE), (start + bytes.len()) / PAGE * PAGE);
+        if b > a {
+            // SAFETY: a read-only mapping of a file: dropping its pages loses nothing
+            // (MADV_DONTNEED on a file mapping re-reads the file on the next access).
+            #[allow(unsafe_code)]
+            let _ = unsafe { m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, a, b - a) };
+        }
+    }
+}
+
+/// `src` (`rows` rows of `n` elements of `ty`) in the `rows16` layout, in anonymous
+/// memory advised for huge pages; the rows split over the cores in whole 16-row groups.
+fn repacked(ty: pn_ops::GgmlType, n: usize, rows: usize, src: &[u8]) -> Option<memmap2::Mmap> {
+    let rb = ty.row_bytes(n)?;
+    let mut dst = memmap2::MmapMut::map_anon(src.len()).ok()?;
+    let _ = dst.advise(memmap2::Advice::HugePage);
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    let per = rows.div_ceil(16).div_ceil(threads) * 16;
+    let ok = std::thread::scope(|s| {
+        let jobs: Vec<_> = src
+            .chunks(per * rb)
+            .zip(dst.chunks_mut(per * rb))
+            .map(|(a, b)| s.spawn(move || rows16::repack(ty, n, a.len() / rb, a, b)))
+            .collect();
+        jobs.into_iter().all(|j| j.join().unwrap_or(false))
+    });
+    if ok {
+        dst.make_read_only().ok()
+    } else {
+        None
+    }
+}

@@ -1,0 +1,91 @@
+//! The `rows16` layout: a K-quant weight (Q4_K, Q5_K, Q6_K) with its rows interleaved 16
+//! at a time, super-block by super-block, as the AVX-512 VNNI 16-row kernels read them
+//! (`x86_rows16`). A host backend makes it once at load, for the weights its matmuls
+//! stream every step; the plain bytes stay the weight's (`WeightView::bytes`), this is a
+//! second copy (`WeightView::rows16`) whose dots are bitwise the plain rows' `vec_dot`.
+//! The same size as the plain bytes.
+
+use crate::GgmlType;
+
+/// Whether the loader should give a `[n, rows]` weight (or a stack of such matrices)
+/// of `ty` a `rows16` copy on this CPU: Q4_K or Q5_K (see [`has_layout`]), whole
+/// super-blocks, rows in whole groups of 16, AVX-512 VNNI (`PN_NO_REPACK=1` says no).
+///
+/// Q6_K has the layout but is not given it: at one token its fused kernel (six
+/// operations per product vector to rebuild the 6-bit codes) runs at 0.6× the per-row
+/// tile kernel on the plain rows, and a decode step would then read both copies
+/// (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls alternated:
+/// 2048×8192 at one token 17.3 GB/s plain, 10.6 `rows16`; Q4_K 2048×4096 16.5 → 26.2).
+pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
+    matches!(ty, GgmlType::Q4K | GgmlType::Q5K) && has_layout(ty, n, rows)
+}
+
+/// Whether a `[n, rows]` weight of `ty` can take the `rows16` layout on this CPU
+/// (Q4_K, Q5_K, Q6_K; AVX-512 VNNI; whole super-blocks and 16-row groups).
+pub fn has_layout(ty: GgmlType, n: usize, rows: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        enabled() && super::x86_rows16::kind(ty).is_some() && n > 0 && n.is_multiple_of(256) && rows > 0 && rows.is_multiple_of(16)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, n, rows);
+        false
+    }
+}
+
+/// The CPU can run the `rows16` kernels and `PN_NO_REPACK` is not set (detected once).
+#[cfg(target_arch = "x86_64")]
+fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| super::x86::has_vnni() && std::env::var_os("PN_NO_REPACK").is_none_or(|v| v.is_empty() || v == "0"))
+}
+
+/// `src` (`rows` plain rows of `n` elements of `ty`, as `has_layout` allows) into `dst`
+/// in the `rows16` layout. False (nothing written) when `has_layout` says no or the
+/// lengths are not `rows` rows.
+pub fn repack(ty: GgmlType, n: usize, rows: usize, src: &[u8], dst: &mut [u8]) -> bool {
+    let Some(rb) = ty.row_bytes(n) else { return false };
+    if !has_layout(ty, n, rows) || src.len() != rows * rb || dst.len() != src.len() {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        let kind = super::x86_rows16::kind(ty).expect("available");
+        super::x86_rows16::repack_into(kind, src, dst, rows, n / 256);
+        true
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `out[r·ostride + j] = vec_dot(ty, n, plain row r, &acts[j·astride..])` for `r < rows`,
+/// `j < m`, where `w` holds the `rows` rows in the `rows16` layout (`rows` a multiple of
+/// 16; a block of rows starts at a multiple of 16). Bitwise [`super::vec_dot`] of the
+/// plain rows. Never panics: when the lengths do not fit or the layout is not available,
+/// every output it can reach is NaN.
+#[allow(clippy::too_many_arguments)]
+pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+    if m == 0 || rows == 0 {
+        return;
+    }
+    let ab = super::vec_dot_type(ty).row_bytes(n);
+    let ok = has_layout(ty, n, rows)
+        && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
+        && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
+        && (m <= ostride || rows == 1)
+        && (rows - 1) * ostride + m <= out.len();
+    #[cfg(target_arch = "x86_64")]
+    if ok {
+        let kind = super::x86_rows16::kind(ty).expect("available");
+        // SAFETY: VNNI detected (`available`); the lengths checked above.
+        unsafe { super::x86_rows16::block(kind, n, w, rows, acts, astride, m, out, ostride) };
+        return;
+    }
+    let _ = ok;
+    for r in 0..rows {
+        if let Some(o) = out.get_mut(r * ostride..) {
+            o.iter_mut().take(m).for_each(|v| *v = f32::NAN);
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The `rows16` layout of Q4_K / Q5_K / Q6_K weights (AVX-512 VNNI) and its dot kernels.
+//!
+//! The 16-row kernels (`x86_pack16`, `x86_fused16`, `x86_amx`) read 16 rows' raw bytes
+//! 32 at a time and transpose them (`raw16`: lane r = dword g of row r), the headers 16
+//! at a time (`dwords16`). In a weight used for every step, that transpose is redone every
+//! call: at one token it costs more than the products (the fused kernel ran at half the
+//! per-row kernel's speed), at 16 tokens ~40% of the call. `rows16` stores each 16-row
+//! group's super-blocks already transposed, the vectors those functions return, in the
+//! order the kernels ask for them, so a kernel loads what it used to build: exactly the
+//! same vectors, so results stay bitwise the plain layout's (and `vec_dot`'s). The same
+//! bytes as the plain rows, in another order: 16 × the block size per super-block of a
+//! group (Q4_K: header 4 vectors, then the 4 qs chunks of 8; Q5_K: header, qh, 4 qs
+//! chunks; Q6_K: 4 ql chunks, 2 qh chunks, the scale header, then the 16 rows' d).
+
+use super::x86_pack16::{block_bytes, dwords16, raw16, Q4K, Q5K, Q6K};
+use std::arch::x86_64::*;
+
+/// Where a 16-row kernel reads super-blocks from.
+pub(crate) trait Src: Copy {
+    /// Super-block `i` (self is block 0).
+    unsafe fn block<const F: u8>(self, i: usize) -> Self;
+    /// `raw16` of the 32 bytes at `off` of each row's block.
+    unsafe fn raw<const F: u8>(self, off: usize) -> [__m512i; 8];
+    /// `dwords16` of the 16 bytes at `off` of each row's block.
+    unsafe fn hdr<const F: u8>(self, off: usize) -> [__m512i; 4];
+    /// Q6_K: the 16 rows' d.
+    unsafe fn d6(self) -> __m512;
+}
+
+/// Plain rows: `nr` rows (1..=16; past it, row `nr − 1` again) `ws` bytes apart at `xb`.
+#[derive(Clone, Copy)]
+pub(crate) struct Rows {
+    pub xb: *const u8,
+    pub ws: usize,
+    pub nr: usize,
+}
+
+impl Src for Rows {
+    #[inline(always)]
+    unsafe fn block<const F: u8>(self, i: usize) -> Rows {
+        Rows { xb: self.xb.wrapping_add(i * block_bytes::<F>()), ..self }
+    }
+    #[inline(always)]
+    unsafe fn raw<const F: u8>(self, off: usize) -> [__m512i; 8] {
+        // SAFETY: the caller guarantees the rows' blocks.
+        unsafe { raw16(self.xb, self.ws, self.nr, off) }
+    }
+    #[inline(always)]
+    unsafe fn hdr<const F: u8>(self, off: usize) -> [__m512i; 4] {
+        // SAFETY: the caller guarantees the rows' blocks.
+        unsafe { dwords16(self.xb.add(off), self.ws, self.nr) }
+    }
+    #[inline(always)]
+    unsafe fn d6(self) -> __m512 {
+        let mut d = [0u16; 16];
+        for (r, dr) in d.iter_mut().enumerate() {
+            // SAFETY: each row's block is a whole 210-byte Q6_K block (d @208).
+            *dr = unsafe { (self.xb.add(r.min(self.nr - 1) * self.ws + 208) as *const u16).read_unaligned() };
+        }
+        // SAFETY: AVX-512 enabled in every caller.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr() as *const __m256i)) }
+    }
+}
+
+/// One 16-row group in the `rows16` layout, at super-block `p`.
+#[derive(Clone, Copy)]
+pub(crate) struct Pre {
+    pub p: *const u8,
+}
+
+/// The vector index in a `rows16` super-block of `raw16` at `off` (format `F`).
+#[inline(always)]
+const fn raw_at<const F: u8>(off: usize) -> usize {
+    if F == Q6K {
+        8 * (off / 32)
+    } else {
+        4 + 8 * ((off - 16) / 32)
+    }
+}
+
+/// The vector index of the header (`dwords16`): Q6_K's scales after its 6 chunks.
+#[inline(always)]
+const fn hdr_at<const F: u8>() -> usize {
+    if F == Q6K {
+        48
+    } else {
+        0
+    }
+}
+
+/// The `raw16` offsets of format `F`'s element bytes, in layout order.
+fn raw_offsets<const F: u8>() -> std::ops::Range<usize> {
+    match F {
+        Q6K => 0..6,
+        Q5K => 0..5,
+        _ => 0..4,
+    }
+}
+
+#[inline(always)]
+fn raw_off<const F: u8>(c: usize) -> usize {
+    if F == Q6K {
+        32 * c
+    } else {
+        16 + 32 * c
+    }
+}
+
+impl Src for Pre {
+    #[inline(always)]
+    unsafe fn block<const F: u8>(self, i: usize) -> Pre {
+        Pre { p: self.p.wrapping_add(i * 16 * block_bytes::<F>()) }
+    }
+    #[inline(always)]
+    unsafe fn raw<const F: u8>(self, off: usize) -> [__m512i; 8] {
+        let v = self.p as *const __m512i;
+        let at = raw_at::<F>(off);
+        // SAFETY: a whole rows16 super-block at p (the caller's contract).
+        unsafe { std::array::from_fn(|g| _mm512_loadu_si512(v.add(at + g) as *const _)) }
+    }
+    #[inline(always)]
+    unsafe fn hdr<const F: u8>(self, _off: usize) -> [__m512i; 4] {
+        let v = self.p as *const __m512i;
+        // SAFETY: as above.
+        unsafe { std::array::from_fn(|k| _mm512_loadu_si512(v.add(hdr_at::<F>() + k) as *const _)) }
+    }
+    #[inline(always)]
+    unsafe fn d6(self) -> __m512 {
+        // SAFETY: as above (Q6_K: the 16 d after 52 vectors).
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.p.add(52 * 64) as *const __m256i)) }
+    }
+}
+
+/// `rows` (a multiple of 16) rows of `nb` super-blocks of format `F` at `src` into the
+/// `rows16` layout at `dst` (the same length).
+///
+/// # Safety
+/// AVX-512 F/BW/VL available; `src` and `dst` hold `rows · nb · block_bytes::<F>()` bytes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+unsafe fn repack<const F: u8>(src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
+    let bb = block_bytes::<F>();
+    let ws = nb * bb;
+    let mut o = 0;
+    for g in (0..rows).step_by(16) {
+        for i in 0..nb {
+            // SAFETY (this block): 16 rows of nb blocks at group g (the caller's
+            // contract); every store below stays inside this super-block's 16·bb bytes.
+            unsafe {
+                let s = Rows { xb: src.as_ptr().add(g * ws + i * bb), ws, nr: 16 };
+                let out = dst.as_mut_ptr().add(o) as *mut __m512i;
+                for c in raw_offsets::<F>() {
+                    let v = s.raw::<F>(raw_off::<F>(c));
+                    for (k, x) in v.iter().enumerate() {
+                        _mm512_storeu_si512(out.add(raw_at::<F>(raw_off::<F>(c)) + k) as *mut _, *x);
+                    }
+                }
+                let hoff = if F == Q6K { 192 } else { 0 };
+                for (k, x) in s.hdr::<F>(hoff).iter().enumerate() {
+                    _mm512_storeu_si512(out.add(hdr_at::<F>() + k) as *mut _, *x);
+                }
+                if F == Q6K {
+                    let d = dst.as_mut_ptr().add(o + 52 * 64);
+                    for r in 0..16 {
+                        std::ptr::copy_nonoverlapping(src.as_ptr().add((g + r) * ws + i * bb + 208), d.add(2 * r), 2);
+                    }
+                }
+            }
+            o += 16 * bb;
+        }
+    }
+}
+
+/// The `rows16` kind of a weight format (`x86_pack16`'s `F`), if it has the layout.
+pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
+    match ty {
+        crate::GgmlType::Q4K => Some(Q4K),
+        crate::GgmlType::Q5K => Some(Q5K),
+        crate::GgmlType::Q6K => Some(Q6K),
+        _ => None,
+    }
+}
+
+/// `src` (rows of `nb` super-blocks of `kind`, a multiple of 16 rows) into `dst` in the
+/// `rows16` layout. The caller checked AVX-512 VNNI and the lengths.
+pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
+    // SAFETY: AVX-512 checked by the caller (`rows16_available`), lengths too.
+    unsafe {
+        match kind {
+            Q6K => repack::<Q6K>(src, dst, rows, nb),
+            Q5K => repack::<Q5K>(src, dst, rows, nb),
+            _ => repack::<Q4K>(src, dst, rows, nb),
+        }
+    }
+}
+
+/// `out[r·ostride + j]` = row r of `w` (`rows` rows of `n` elements of format `kind` in
+/// the `rows16` layout, `rows` a multiple of 16) · token j (`m` Q8_K rows `astride`
+/// apart at `a`): bitwise `vec_dot` of the plain row. One to `MAX_FUSED` tokens: the
+/// fused kernel (every decoded vector straight into the products); more: the decoded
+/// super-blocks once for all the tokens (AMX tiles where `takes_amx` says so).
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` rows, `a` `m` tokens, `out`
+/// `(rows − 1)·ostride + m` floats (checked by `quant::vec_dot_block_rows16`).
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+    use super::x86_block::{each_group, padded_tail, takes_amx, AMX, PACKED16, SCALES16};
+    use super::{x86_amx, x86_fused16, x86_pack16};
+    let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
+    let ap = a.as_ptr();
+    macro_rules! by_kind {
+        ($go:ident) => {
+            match kind {
+                Q6K => $go!(Q6K, Q6K),
+                Q5K => $go!(Q5K, Q4K),
+                _ => $go!(Q4K, Q4K),
+            }
+        };
+    }
+    if m <= x86_fused16::MAX_FUSED {
+        SCALES16.with(|pk| {
+            let pk = &mut *pk.borrow_mut();
+            each_group(w, rows, 16, rb, rb, |g, _, next| {
+                let src = Pre { p: w[g * rb..].as_ptr() };
+                let o = &mut out[g * ostride..];
+                macro_rules! go {
+                    ($f:expr, $d:expr) => {
+                        // SAFETY: 16 rows of nb blocks at src, m tokens (the caller's contract).
+                        unsafe {
+                            match m {
+                                1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                            }
+                        }
+                    };
+                }
+                by_kind!(go)
+            });
+        });
+    } else if takes_amx(kind, m, n, astride) {
+        AMX.with(|sc| {
+            let sc = &mut *sc.borrow_mut();
+            let tail = padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut sc.1);
+            each_group(w, rows, 16, rb, rb, |g, _, next| {
+                let src = Pre { p: w[g * rb..].as_ptr() };
+                let o = &mut out[g * ostride..];
+                macro_rules! go {
+                    ($f:expr, $d:expr) => {
+                        // SAFETY: AMX usable (takes_amx); as above, the tail padded to 16.
+                        unsafe { x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, ostride, &mut sc.0, next) }
+                    };
+                }
+                by_kind!(go)
+            });
+        });
+    } else {
+        PACKED16.with(|sc| {
+            let sc = &mut *sc.borrow_mut();
+            each_group(w, rows, 16, rb, rb, |g, _, next| {
+                let src = Pre { p: w[g * rb..].as_ptr() };
+                let o = &mut out[g * ostride..];
+                macro_rules! go {
+                    ($f:expr, $d:expr) => {
+                        // SAFETY: as above.
+                        unsafe { x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, ostride, sc, next, false) }
+                    };
+                }
+                by_kind!(go)
+            });
+        });
+    }
+}
+
+/// Bytes of one super-block of `kind`.
+fn kind_bytes(kind: u8) -> usize {
+    match kind {
+        Q6K => block_bytes::<Q6K>(),
+        Q5K => block_bytes::<Q5K>(),
+        _ => block_bytes::<Q4K>(),
+    }
+}

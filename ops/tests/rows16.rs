@@ -1,0 +1,140 @@
+//! The `rows16` layout: a repacked weight's dots are bitwise `vec_dot` of the plain rows,
+//! for every K-quant it covers, any number of tokens (the fused, packed and AMX paths),
+//! padded activation strides and row blocks; bad lengths give NaN, never a panic.
+
+mod quant_common;
+
+use pn_ops::quant::{quantize_row, rows16, vec_dot, vec_dot_type};
+use pn_ops::GgmlType;
+use quant_common::{random_weight_row, Rng};
+
+fn weights(rng: &mut Rng, ty: GgmlType, n: usize, rows: usize) -> Vec<u8> {
+    (0..rows).flat_map(|_| random_weight_row(rng, ty, n)).collect()
+}
+
+fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u8> {
+    let a_ty = vec_dot_type(ty);
+    let rb = a_ty.row_bytes(n).unwrap();
+    let mut a = vec![0u8; (m - 1) * stride + rb];
+    for j in 0..m {
+        let x: Vec<f32> = (0..n).map(|_| rng.normalish()).collect();
+        quantize_row(a_ty, &x, &mut a[j * stride..j * stride + rb]);
+    }
+    a
+}
+
+#[test]
+fn repacked_dots_are_bitwise_vec_dot() {
+    let mut rng = Rng(0x0516_7a11_cafe_f00d);
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        if !rows16::has_layout(ty, 256, 16) {
+            eprintln!("rows16 not available here (no AVX-512 VNNI): nothing to check");
+            return;
+        }
+        for (nb, rows) in [(1usize, 16usize), (3, 48), (8, 32)] {
+            let n = 256 * nb;
+            let rb = ty.row_bytes(n).unwrap();
+            let w = weights(&mut rng, ty, n, rows);
+            let mut p = vec![0u8; w.len()];
+            assert!(rows16::repack(ty, n, rows, &w, &mut p));
+            assert_ne!(p, w, "{ty}: the layout moved the bytes");
+            let mut sorted = (w.clone(), p.clone());
+            sorted.0.sort_unstable();
+            sorted.1.sort_unstable();
+            assert_eq!(sorted.0, sorted.1, "{ty}: the same bytes in another order");
+            let ab = vec_dot_type(ty).row_bytes(n).unwrap();
+            for m in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 25, 40, 130] {
+                let stride = if m % 2 == 0 { ab } else { ab + 12 };
+                let a = acts(&mut rng, ty, n, m, stride);
+                // all rows, then a block of 16 rows starting at row 16
+                for (r0, nr) in [(0, rows), (16.min(rows - 16), 16)] {
+                    let ostride = m + 3;
+                    let mut out = vec![f32::NAN; nr * ostride];
+                    rows16::vec_dot_block(ty, n, &p[r0 * rb..], nr, &a, stride, m, &mut out, ostride);
+                    for r in 0..nr {
+                        for j in 0..m {
+                            let want = vec_dot(ty, n, &w[(r0 + r) * rb..], &a[j * stride..]);
+                            let got = out[r * ostride + j];
+                            assert_eq!(got.to_bits(), want.to_bits(), "{ty} nb={nb} rows={rows} m={m} row {} token {j}: {got} vs {want}", r0 + r);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_lengths_give_nan_or_false() {
+    let ty = GgmlType::Q4K;
+    let n = 256;
+    let rb = ty.row_bytes(n).unwrap();
+    let mut rng = Rng(7);
+    let w = weights(&mut rng, ty, n, 16);
+    let mut p = vec![0u8; w.len()];
+    // rows not a multiple of 16, short destination, a type without the layout
+    assert!(!rows16::repack(ty, n, 15, &w[..15 * rb], &mut p[..15 * rb]));
+    assert!(!rows16::repack(ty, n, 16, &w, &mut p[..10]));
+    assert!(!rows16::repack(GgmlType::Q8_0, n, 16, &w, &mut p));
+    if !rows16::has_layout(ty, n, 16) {
+        return;
+    }
+    assert!(rows16::repack(ty, n, 16, &w, &mut p));
+    let a = acts(&mut rng, ty, n, 2, vec_dot_type(ty).row_bytes(n).unwrap());
+    let mut out = vec![0f32; 32];
+    // weights short by a byte: NaN everywhere it can reach, nothing read past the end
+    rows16::vec_dot_block(ty, n, &p[..p.len() - 1], 16, &a, a.len() / 2, 2, &mut out, 2);
+    assert!(out.iter().all(|v| v.is_nan()));
+    // activations short
+    let mut out = vec![0f32; 32];
+    rows16::vec_dot_block(ty, n, &p, 16, &a[..a.len() - 1], a.len() / 2, 2, &mut out, 2);
+    assert!(out.iter().all(|v| v.is_nan()));
+    // output short: no write past it
+    let mut out = vec![0f32; 31];
+    rows16::vec_dot_block(ty, n, &p, 16, &a, a.len() / 2, 2, &mut out, 2);
+    assert!(out.iter().all(|v| v.is_nan()));
+}
+
+/// Benchmark (ignored): one thread, 64 MB of weights streamed per call, plain layout vs
+/// `rows16`, calls alternated, best of 7, GB/s of weights.
+/// `cargo test --release -p pn-ops --test rows16 -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn timing_plain_vs_rows16() {
+    let mut rng = Rng(99);
+    for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5K] {
+        if !rows16::has_layout(ty, 2048, 16) {
+            return;
+        }
+        let n = 2048;
+        let rb = ty.row_bytes(n).unwrap();
+        let mb: usize = std::env::var("MB").ok().and_then(|v| v.parse().ok()).unwrap_or(64);
+        let rows = (mb << 20) / rb / 16 * 16;
+        let row = random_weight_row(&mut rng, ty, n);
+        let w: Vec<u8> = (0..rows).flat_map(|r| row.iter().map(move |&b| b.wrapping_add((r % 7) as u8 * ((b & 1) << 4)))).collect();
+        let mut p = vec![0u8; w.len()];
+        assert!(rows16::repack(ty, n, rows, &w, &mut p));
+        for m in [1usize, 2, 4, 8, 16] {
+            let ab = vec_dot_type(ty).row_bytes(n).unwrap();
+            let a = acts(&mut rng, ty, n, m, ab);
+            let mut out = vec![0f32; rows * m];
+            let (mut plain, mut packed) = (f64::MAX, f64::MAX);
+            for _ in 0..(7 * 64 / mb.min(64)).min(200) {
+                let t = std::time::Instant::now();
+                for g in (0..rows).step_by(64) {
+                    let nr = 64.min(rows - g);
+                    pn_ops::quant::vec_dot_block(ty, n, &w[g * rb..], rb, nr, &a, ab, m, &mut out[g * m..], m);
+                }
+                plain = plain.min(t.elapsed().as_secs_f64());
+                let t = std::time::Instant::now();
+                for g in (0..rows).step_by(64) {
+                    let nr = 64.min(rows - g);
+                    rows16::vec_dot_block(ty, n, &p[g * rb..], nr, &a, ab, m, &mut out[g * m..], m);
+                }
+                packed = packed.min(t.elapsed().as_secs_f64());
+            }
+            let gb = w.len() as f64 / 1e9;
+            println!("{ty} m={m:2}: plain {:.1} GB/s, rows16 {:.1} GB/s ({:.2}×)", gb / plain, gb / packed, plain / packed);
+        }
+    }
+}
