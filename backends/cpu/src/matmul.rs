@@ -141,11 +141,21 @@ pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usi
 pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &[u8], rb: usize, t: usize, out: &mut [f32], ostride: usize) {
     let wrb = w.ty.row_bytes(k).unwrap_or(0);
     match w.rows16 {
-        Some(p) if r0 % 16 == 0 && nr % 16 == 0 => {
+        Some(p) if r0 % 16 == 0 && nr % 16 == 0 && rows16_on() => {
             quant::rows16::vec_dot_block(w.ty, k, p.get(r0 * wrb..).unwrap_or(&[]), nr, xq, rb, t, out, ostride)
         }
         _ => quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride),
     }
+}
+
+/// Whether the `rows16` copies are read (a benchmark's A/B may turn them off:
+/// `pn_ops::quant::KNOB_ROWS16`).
+#[inline]
+fn rows16_on() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return pn_ops::quant::knob(pn_ops::quant::KNOB_ROWS16, 1) != 0;
+    #[cfg(not(target_arch = "x86_64"))]
+    true
 }
 
 pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {

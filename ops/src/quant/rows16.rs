@@ -8,16 +8,13 @@
 use crate::GgmlType;
 
 /// Whether the loader should give a `[n, rows]` weight (or a stack of such matrices)
-/// of `ty` a `rows16` copy on this CPU: Q4_K or Q5_K (see [`has_layout`]), whole
-/// super-blocks, rows in whole groups of 16, AVX-512 VNNI (`PN_NO_REPACK=1` says no).
-///
-/// Q6_K has the layout but is not given it: at one token its fused kernel (six
-/// operations per product vector to rebuild the 6-bit codes) runs at 0.6× the per-row
-/// tile kernel on the plain rows, and a decode step would then read both copies
-/// (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls alternated:
-/// 2048×8192 at one token 17.3 GB/s plain, 10.6 `rows16`; Q4_K 2048×4096 16.5 → 26.2).
+/// of `ty` a `rows16` copy on this CPU: where it has the layout ([`has_layout`]).
+/// Measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls
+/// alternated, GB/s of weights plain → `rows16`): one token Q4_K 2048×4096 14.7 → 25.7,
+/// Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 / 13.4 → 17.6; 16 tokens 4.2 → 4.3
+/// / 4.4 → 4.8.
 pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
-    matches!(ty, GgmlType::Q4K | GgmlType::Q5K) && has_layout(ty, n, rows)
+    has_layout(ty, n, rows)
 }
 
 /// Whether a `[n, rows]` weight of `ty` can take the `rows16` layout on this CPU

@@ -278,7 +278,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 10;
+pub const N_KNOBS: usize = 11;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -296,6 +296,8 @@ pub const KNOB_AMX_FROM: usize = 7;
 pub const KNOB_AMX_SPLIT_FROM: usize = 8;
 /// `KNOBS[9]`: `AMX_Q6K_MIN_TOKENS`.
 pub const KNOB_AMX_Q6K_FROM: usize = 9;
+/// `KNOBS[10]`: 0 = the CPU backend's matmuls ignore the weights' `rows16` copies.
+pub const KNOB_ROWS16: usize = 10;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

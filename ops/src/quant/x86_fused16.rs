@@ -54,7 +54,7 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
     // token's whole Q8_K block at y + j·astride; AVX-512 enabled in every caller.
     unsafe {
         if F == Q6K {
-            let m2 = _mm512_set1_epi8(3);
+            let m30 = _mm512_set1_epi8(0x30);
             for half in 0..2 {
                 let q = [src.raw::<F>(64 * half), src.raw::<F>(64 * half + 32)];
                 let h = src.raw::<F>(128 + 32 * half);
@@ -62,13 +62,21 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                     prefetch(pf.0, (4 * half + k) * pf.1, pf.1);
                     // element vectors 8·cb + g; sub-block 2·cb + g / 4
                     let cb = 4 * half + k;
-                    let sh = _mm_cvtsi32_si128(2 * k as i32);
                     let mut acc = [[z; M]; 2];
                     for g in 0..8 {
-                        let hb = _mm512_and_si512(_mm512_srl_epi16(h[g], sh), m2);
+                        // the code's two high bits (field k of the qh byte) moved to bits
+                        // 4..6, then one select: low nibble from the ql byte, bits 4..8
+                        // from them (three operations a vector, not six)
+                        let hs = match k {
+                            0 => _mm512_slli_epi16::<4>(h[g]),
+                            1 => _mm512_slli_epi16::<2>(h[g]),
+                            2 => h[g],
+                            _ => _mm512_srli_epi16::<2>(h[g]),
+                        };
                         let qv = q[k % 2][g];
-                        let l = if k < 2 { _mm512_and_si512(qv, m4) } else { _mm512_and_si512(_mm512_srli_epi16::<4>(qv), m4) };
-                        let v = _mm512_or_si512(l, _mm512_slli_epi16::<4>(hb));
+                        let l = if k < 2 { qv } else { _mm512_srli_epi16::<4>(qv) };
+                        // (m4 & l) | (!m4 & (hs & 0x30))
+                        let v = _mm512_ternarylogic_epi32::<0xCA>(m4, l, _mm512_and_si512(hs, m30));
                         for (j, a) in acc[g / 4].iter_mut().enumerate() {
                             *a = _mm512_dpbusd_epi32(*a, v, act!(j, 8 * cb + g));
                         }

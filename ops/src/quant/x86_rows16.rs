@@ -205,7 +205,7 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
-    use super::x86_block::{each_group, padded_tail, takes_amx, AMX, PACKED16, SCALES16};
+    use super::x86_block::{padded_tail, takes_amx, AMX, PACKED16, SCALES16};
     use super::{x86_amx, x86_fused16, x86_pack16};
     let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
     let ap = a.as_ptr();
@@ -221,7 +221,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     if m <= x86_fused16::MAX_FUSED {
         SCALES16.with(|pk| {
             let pk = &mut *pk.borrow_mut();
-            each_group(w, rows, 16, rb, rb, |g, _, next| {
+            groups(w, rows, rb, |g, next| {
                 let src = Pre { p: w[g * rb..].as_ptr() };
                 let o = &mut out[g * ostride..];
                 macro_rules! go {
@@ -244,7 +244,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         AMX.with(|sc| {
             let sc = &mut *sc.borrow_mut();
             let tail = padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut sc.1);
-            each_group(w, rows, 16, rb, rb, |g, _, next| {
+            groups(w, rows, rb, |g, next| {
                 let src = Pre { p: w[g * rb..].as_ptr() };
                 let o = &mut out[g * ostride..];
                 macro_rules! go {
@@ -259,7 +259,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     } else {
         PACKED16.with(|sc| {
             let sc = &mut *sc.borrow_mut();
-            each_group(w, rows, 16, rb, rb, |g, _, next| {
+            groups(w, rows, rb, |g, next| {
                 let src = Pre { p: w[g * rb..].as_ptr() };
                 let o = &mut out[g * ostride..];
                 macro_rules! go {
@@ -271,6 +271,19 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                 by_kind!(go)
             });
         });
+    }
+}
+
+/// `f(g, next)` for each 16-row group `g` of the `rows` rows of `w` (`rb` bytes a row),
+/// `next` the following group's bytes to prefetch meanwhile: past the last row too, where
+/// `w` goes on (the rest of the tensor: a decode step's matmul runs 16 rows a task, and
+/// the next task's rows are what the stream needs next).
+#[inline(always)]
+fn groups(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*const u8, usize)>)) {
+    for g in (0..rows).step_by(16) {
+        let start = (g + 16) * rb;
+        let next = (start < w.len()).then(|| (w[start..].as_ptr(), (16 * rb).min(w.len() - start)));
+        f(g, next);
     }
 }
 

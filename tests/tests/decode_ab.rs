@@ -1,0 +1,78 @@
+//! Decode speed of one model under several kernel knob sets, alternated in one process
+//! (ignored; the only A/B a noisy shared box leaves meaningful):
+//! `MODEL=/tmp/fd.gguf CFGS="plain=10:0;r16=" cargo test --release -p pn-tests --test
+//! decode_ab -- --ignored --nocapture`. Each round runs `STEPS` decode steps per set
+//! (after a 16-token prompt, in fresh states), `ROUNDS` rounds; prints tok/s best and
+//! median per set and the median of the per-round ratios to the first set. `SLOTS=K`:
+//! K sequences per step (`Runner::forward_multi`).
+
+use pn_engine::gguf::{Gguf, LoadMode};
+use pn_engine::Runner;
+use std::sync::Arc;
+use std::time::Instant;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
+    let spec = std::env::var("CFGS").unwrap_or_else(|_| "plain=10:0;r16=".into());
+    spec.split(';')
+        .filter(|c| !c.is_empty())
+        .map(|c| {
+            let (name, kv) = c.split_once('=').expect("name=knob:value,...");
+            let mut k = [usize::MAX; pn_ops::quant::N_KNOBS];
+            for p in kv.split(',').filter(|p| !p.is_empty()) {
+                let (i, v) = p.split_once(':').expect("knob:value");
+                k[i.parse::<usize>().unwrap()] = v.parse().unwrap();
+            }
+            (name.to_string(), k)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore]
+fn decode_ab() {
+    let Ok(path) = std::env::var("MODEL") else {
+        eprintln!("MODEL=path.gguf not set: nothing to measure");
+        return;
+    };
+    let g = Arc::new(Gguf::open_with(std::path::Path::new(&path), LoadMode::Auto).expect("model opens"));
+    let m = pn_models::load(&g).expect("model builds");
+    let r = Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner");
+    let (steps, rounds, slots) = (env("STEPS", 16), env("ROUNDS", 10), env("SLOTS", 1));
+    let cf = cfgs();
+    let prompt: Vec<u32> = (0..16).map(|i| 100 + 7 * i).collect();
+    let mut times = vec![Vec::new(); cf.len()];
+    for round in 0..rounds + 1 {
+        for (c, (_, kn)) in cf.iter().enumerate() {
+            pn_ops::quant::set_knobs(kn);
+            let mut states: Vec<_> = (0..slots).map(|_| r.new_state(prompt.len() + steps + 1)).collect();
+            for st in states.iter_mut() {
+                r.forward(st, &prompt, false).expect("prefill");
+            }
+            let t0 = Instant::now();
+            for s in 0..steps {
+                let toks: Vec<u32> = (0..slots).map(|k| (200 + 13 * s + k) as u32).collect();
+                if slots == 1 {
+                    r.forward(&mut states[0], &toks, false).expect("decode");
+                } else {
+                    let mut parts: Vec<(&mut _, &[u32])> = states.iter_mut().zip(toks.chunks(1)).collect();
+                    r.forward_multi(&mut parts).expect("decode step");
+                }
+            }
+            if round > 0 {
+                times[c].push((steps * slots) as f64 / t0.elapsed().as_secs_f64());
+            }
+        }
+    }
+    pn_ops::quant::set_knobs(&[usize::MAX; pn_ops::quant::N_KNOBS]);
+    for (c, (name, _)) in cf.iter().enumerate() {
+        let mut ratios: Vec<f64> = times[c].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mut t = times[c].clone();
+        t.sort_by(f64::total_cmp);
+        eprintln!("{name:10} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], cf[0].0, ratios[ratios.len() / 2]);
+    }
+}
