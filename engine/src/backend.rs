@@ -216,6 +216,33 @@ pub enum StateReply {
     Snapshot(LayerSnapshot),
 }
 
+/// A value moved by [`Backend::transfer`].
+pub enum Transfer<'a> {
+    /// Host → slot.
+    Upload(SlotId, &'a Tensor),
+    /// Slot → host: `out` gets the value of `meta` the slot holds (its buffer reused when
+    /// it has room). Synchronous: the data is in `out` when it returns.
+    Download(SlotId, &'a TensorMeta, &'a mut Tensor),
+    /// Die to die: slot `from` of `src` into slot `to` of this backend, without the host
+    /// (`Ok(false)`: not possible, e.g. another backend type).
+    Copy { src: &'a dyn Backend, from: SlotId, to: SlotId, meta: &'a TensorMeta },
+}
+
+impl dyn Backend {
+    /// Host → slot ([`Transfer::Upload`]).
+    pub fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
+        self.transfer(Transfer::Upload(slot, t)).map(|_| ())
+    }
+    /// Slot → host ([`Transfer::Download`]).
+    pub fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
+        self.transfer(Transfer::Download(slot, meta, out)).map(|_| ())
+    }
+    /// Die to die ([`Transfer::Copy`]); `Ok(false)`: not possible.
+    pub fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
+        self.transfer(Transfer::Copy { src, from, to, meta })
+    }
+}
+
 /// Whether a backend can run a node.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Support {
@@ -235,14 +262,9 @@ pub trait Backend: Any + Send + Sync {
     fn reserve(&self, specs: &[SlotSpec]) -> Result<(), OpError>;
     /// Free every slot of `arena` (its runner is dropped).
     fn release(&self, arena: u64);
-    /// Host → slot.
-    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError>;
-    /// Slot → host: `out` gets the value of `meta` the slot holds (its buffer reused when
-    /// it has room). Synchronous: the data is in `out` when it returns.
-    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError>;
-    /// Die-to-die copy of slot `from` of `src` into `to`, without the host. `Ok(false)`:
-    /// not possible (another backend type); the runner then downloads and uploads.
-    fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError>;
+    /// A value into, out of or between slots ([`Transfer`]); `Ok(false)`: a die-to-die
+    /// copy this backend cannot make (the runner then downloads and uploads).
+    fn transfer(&self, t: Transfer<'_>) -> Result<bool, OpError>;
     /// Compiles a segment's ops (checked, bound to their slots) into what runs them.
     fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError>;
     /// A layer-state operation (a [`Memory::Device`] backend).

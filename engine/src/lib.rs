@@ -30,7 +30,7 @@ pub mod tokenizer;
 pub use backend::{
     copy_tensor, execute_op, f32_out, i32_out, store_into, Backend, ExecError, Executable, HostKernels, HostMem, Memory, OpCode,
     OpInput, PassIo, ReferenceBackend, ResidentInput, SegmentCode, SegmentRun, SlotId, SlotSpec, StateKey, StateOp,
-    StateReply, Support,
+    StateReply, Support, Transfer,
 };
 pub use gguf::{Gguf, GgufError, LoadMode, MetaValue, TensorInfo};
 pub use graph::{Graph, GraphBuilder, Node, NodeId};

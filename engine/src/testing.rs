@@ -11,7 +11,7 @@
 
 use crate::backend::{
     copy_tensor, Backend, ExecError, Executable, HostKernels, Memory, OpCode, PassIo, ResidentInput, SegmentCode,
-    SlotId, SlotSpec, StateKey, StateOp, StateReply, Support,
+    SlotId, SlotSpec, StateKey, StateOp, StateReply, Support, Transfer,
 };
 use crate::graph::Node;
 use pn_ops::{DType, LayerState, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, Value};
@@ -315,11 +315,55 @@ impl Executable for MockExec {
             if let Some(obs) = io.observe.as_mut() {
                 // the observer gets a downloaded copy
                 let mut t = Tensor { shape: Shape::d1(0), data: TensorData::F32(Vec::new()) };
-                self.mock.download(oc.out, &oc.meta, &mut t).map_err(ExecError::at(i))?;
+                self.mock.download_slot(oc.out, &oc.meta, &mut t).map_err(ExecError::at(i))?;
                 obs(i, &t);
             }
         }
         Ok(())
+    }
+}
+
+impl ResidentMock {
+    fn upload_slot(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
+        let mut s = self.lock();
+        s.fail(&Fail::Upload)?;
+        let dst = s.slots.get_mut(&slot).ok_or_else(|| err(format!("{slot} is not reserved")))?;
+        copy_tensor(&mut dst.t, t);
+        s.counts.uploads += 1;
+        s.counts.upload_bytes += bytes(t);
+        s.written(slot)
+    }
+    fn download_slot(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
+        let mut s = self.lock();
+        s.fail(&Fail::Download)?;
+        let src = &s.slot(&slot)?.t;
+        if src.shape != meta.shape || src.dtype() != meta.dtype {
+            return Err(err(format!("{slot} holds {}{:?}, expected {meta}", src.dtype(), src.shape)));
+        }
+        copy_tensor(out, src);
+        s.counts.downloads += 1;
+        s.counts.download_bytes += bytes(out);
+        Ok(())
+    }
+    fn copy_slot(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
+        let src: &dyn Any = src;
+        let Some(peer) = src.downcast_ref::<ResidentMock>() else {
+            return Ok(false);
+        };
+        let t = {
+            let p = peer.lock();
+            let t = &p.slot(&from)?.t;
+            if t.shape != meta.shape {
+                return Err(err(format!("{from} holds {:?}, expected {meta}", t.shape)));
+            }
+            t.clone()
+        };
+        let mut s = self.lock();
+        let dst = s.slots.get_mut(&to).ok_or_else(|| err(format!("{to} is not reserved")))?;
+        copy_tensor(&mut dst.t, &t);
+        s.counts.device_copies += 1;
+        s.counts.device_copy_bytes += bytes(&t);
+        s.written(to).map(|_| true)
     }
 }
 
@@ -359,46 +403,12 @@ impl Backend for ResidentMock {
     fn release(&self, arena: u64) {
         self.lock().slots.retain(|id, _| id.arena != arena);
     }
-    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::Upload)?;
-        let dst = s.slots.get_mut(&slot).ok_or_else(|| err(format!("{slot} is not reserved")))?;
-        copy_tensor(&mut dst.t, t);
-        s.counts.uploads += 1;
-        s.counts.upload_bytes += bytes(t);
-        s.written(slot)
-    }
-    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
-        let mut s = self.lock();
-        s.fail(&Fail::Download)?;
-        let src = &s.slot(&slot)?.t;
-        if src.shape != meta.shape || src.dtype() != meta.dtype {
-            return Err(err(format!("{slot} holds {}{:?}, expected {meta}", src.dtype(), src.shape)));
+    fn transfer(&self, t: Transfer<'_>) -> Result<bool, OpError> {
+        match t {
+            Transfer::Upload(slot, t) => self.upload_slot(slot, t).map(|_| true),
+            Transfer::Download(slot, meta, out) => self.download_slot(slot, meta, out).map(|_| true),
+            Transfer::Copy { src, from, to, meta } => self.copy_slot(src, from, to, meta),
         }
-        copy_tensor(out, src);
-        s.counts.downloads += 1;
-        s.counts.download_bytes += bytes(out);
-        Ok(())
-    }
-    fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
-        let src: &dyn Any = src;
-        let Some(peer) = src.downcast_ref::<ResidentMock>() else {
-            return Ok(false);
-        };
-        let t = {
-            let p = peer.lock();
-            let t = &p.slot(&from)?.t;
-            if t.shape != meta.shape {
-                return Err(err(format!("{from} holds {:?}, expected {meta}", t.shape)));
-            }
-            t.clone()
-        };
-        let mut s = self.lock();
-        let dst = s.slots.get_mut(&to).ok_or_else(|| err(format!("{to} is not reserved")))?;
-        copy_tensor(&mut dst.t, &t);
-        s.counts.device_copies += 1;
-        s.counts.device_copy_bytes += bytes(&t);
-        s.written(to).map(|_| true)
     }
     fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError> {
         Ok(Box::new(MockExec { mock: self, seg, ran: AtomicBool::new(false) }))

@@ -1,5 +1,5 @@
 //! The `rows16` layout: a repacked weight's dots are bitwise `vec_dot` of the plain rows,
-//! for every K-quant it covers, any number of tokens (the fused, packed and AMX paths),
+//! for every format it covers (Q4_K, Q5_K, Q6_K, IQ4_XS), any number of tokens (the fused, packed and AMX paths),
 //! padded activation strides and row blocks; bad lengths give NaN, never a panic.
 
 mod quant_common;
@@ -26,7 +26,7 @@ fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u
 #[test]
 fn repacked_dots_are_bitwise_vec_dot() {
     let mut rng = Rng(0x0516_7a11_cafe_f00d);
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
         if !rows16::has_layout(ty, 256, 16) {
             eprintln!("rows16 not available here (no AVX-512 VNNI): nothing to check");
             return;
@@ -102,7 +102,7 @@ fn bad_lengths_give_nan_or_false() {
 #[ignore]
 fn timing_plain_vs_rows16() {
     let mut rng = Rng(99);
-    for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5K] {
+    for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5K, GgmlType::IQ4XS] {
         if !rows16::has_layout(ty, 2048, 16) {
             return;
         }

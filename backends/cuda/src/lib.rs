@@ -55,7 +55,7 @@ pub use capture::ResidentStats;
 pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;
-use pn_engine::{Backend, Executable, Memory, Node, SegmentCode, SlotId, SlotSpec, StateOp, StateReply, Support};
+use pn_engine::{Backend, Executable, Memory, Node, SegmentCode, SlotSpec, StateOp, StateReply, Support, Transfer};
 use pn_ops::reference::common::{validate, validate_state};
 use pn_ops::{LayerState, Op, OpError, Tensor, TensorMeta, Value};
 use std::sync::{Arc, Mutex};
@@ -247,20 +247,12 @@ impl Backend for CudaBackend {
     fn release(&self, arena: u64) {
         CudaBackend::release(self, arena)
     }
-    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
-        self.upload_slot(slot, t)
-    }
-    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
-        self.download_slot(slot, meta, out)
-    }
-    fn copy_from(
-        &self,
-        src: &dyn Backend,
-        from: SlotId,
-        to: SlotId,
-        meta: &TensorMeta,
-    ) -> Result<bool, OpError> {
-        self.copy_slot(src, from, to, meta)
+    fn transfer(&self, t: Transfer<'_>) -> Result<bool, OpError> {
+        match t {
+            Transfer::Upload(slot, t) => self.upload_slot(slot, t).map(|_| true),
+            Transfer::Download(slot, meta, out) => self.download_slot(slot, meta, out).map(|_| true),
+            Transfer::Copy { src, from, to, meta } => self.copy_slot(src, from, to, meta),
+        }
     }
     fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError> {
         Ok(Box::new(segment::SegExec::new(self, seg)))

@@ -135,6 +135,13 @@ impl HostMem {
             Ok(())
         })
     }
+
+    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
+        self.with(slot.arena, "upload", |tab| {
+            copy_tensor(slot_of(tab, slot, "upload")?, t);
+            Ok(())
+        })
+    }
 }
 
 impl<K: HostKernels> Backend for K {
@@ -155,22 +162,20 @@ impl<K: HostKernels> Backend for K {
             g.remove(&arena);
         }
     }
-    fn upload(&self, slot: SlotId, t: &Tensor) -> Result<(), OpError> {
-        self.mem().with(slot.arena, "upload", |tab| {
-            copy_tensor(slot_of(tab, slot, "upload")?, t);
-            Ok(())
-        })
-    }
-    fn download(&self, slot: SlotId, meta: &TensorMeta, out: &mut Tensor) -> Result<(), OpError> {
-        self.mem().download(slot, meta, out)
-    }
-    /// From another instance of the same type: a copy between their host memories.
-    fn copy_from(&self, src: &dyn Backend, from: SlotId, to: SlotId, meta: &TensorMeta) -> Result<bool, OpError> {
-        let src: &dyn Any = src;
-        let Some(peer) = src.downcast_ref::<K>() else { return Ok(false) };
-        let mut staged = empty(meta.dtype);
-        peer.mem().download(from, meta, &mut staged)?;
-        self.upload(to, &staged)?;
+    /// A die-to-die copy from another instance of the same type: between their host
+    /// memories.
+    fn transfer(&self, t: Transfer<'_>) -> Result<bool, OpError> {
+        match t {
+            Transfer::Upload(slot, t) => self.mem().upload(slot, t)?,
+            Transfer::Download(slot, meta, out) => self.mem().download(slot, meta, out)?,
+            Transfer::Copy { src, from, to, meta } => {
+                let src: &dyn Any = src;
+                let Some(peer) = src.downcast_ref::<K>() else { return Ok(false) };
+                let mut staged = empty(meta.dtype);
+                peer.mem().download(from, meta, &mut staged)?;
+                self.mem().upload(to, &staged)?;
+            }
+        }
         Ok(true)
     }
     fn compile(self: Arc<Self>, seg: SegmentCode) -> Result<Box<dyn Executable>, OpError> {

@@ -1,4 +1,4 @@
-//! The `rows16` layout: a K-quant weight (Q4_K, Q5_K, Q6_K) with its rows interleaved 16
+//! The `rows16` layout: a K-quant weight (Q4_K, Q5_K, Q6_K) or IQ4_XS with its rows interleaved 16
 //! at a time, super-block by super-block, as the AVX-512 VNNI 16-row kernels read them
 //! (`x86_rows16`). A host backend makes it once at load, for the weights its matmuls
 //! stream every step; the plain bytes stay the weight's (`WeightView::bytes`), this is a
@@ -18,7 +18,7 @@ pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
 }
 
 /// Whether a `[n, rows]` weight of `ty` can take the `rows16` layout on this CPU
-/// (Q4_K, Q5_K, Q6_K; AVX-512 VNNI; whole super-blocks and 16-row groups).
+/// (Q4_K, Q5_K, Q6_K, IQ4_XS; AVX-512 VNNI; whole super-blocks and 16-row groups).
 pub fn has_layout(ty: GgmlType, n: usize, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {

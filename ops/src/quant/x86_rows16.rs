@@ -10,9 +10,10 @@
 //! same vectors, so results stay bitwise the plain layout's (and `vec_dot`'s). The same
 //! bytes as the plain rows, in another order: 16 × the block size per super-block of a
 //! group (Q4_K: header 4 vectors, then the 4 qs chunks of 8; Q5_K: header, qh, 4 qs
-//! chunks; Q6_K: 4 ql chunks, 2 qh chunks, the scale header, then the 16 rows' d).
+//! chunks; Q6_K: 4 ql chunks, 2 qh chunks, the scale header, then the 16 rows' d;
+//! IQ4_XS: the first two header vectors (d + scales_h, scales_l), then its 4 qs chunks).
 
-use super::x86_pack16::{block_bytes, dwords16, raw16, Q4K, Q5K, Q6K};
+use super::x86_pack16::{block_bytes, dwords16, raw16, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Where a 16-row kernel reads super-blocks from.
@@ -71,12 +72,16 @@ pub(crate) struct Pre {
 /// The vector index in a `rows16` super-block of `raw16` at `off` (format `F`).
 #[inline(always)]
 const fn raw_at<const F: u8>(off: usize) -> usize {
-    if F == Q6K {
-        8 * (off / 32)
-    } else {
-        4 + 8 * ((off - 16) / 32)
+    match F {
+        Q6K => 8 * (off / 32),
+        IQ4XS => HDR_IQ4XS + 8 * ((off - 8) / 32),
+        _ => 4 + 8 * ((off - 16) / 32),
     }
 }
+
+/// IQ4_XS keeps 2 of the 4 header vectors (its header is 8 bytes: the other two would
+/// repeat qs bytes, and its scales read only these).
+const HDR_IQ4XS: usize = 2;
 
 /// The vector index of the header (`dwords16`): Q6_K's scales after its 6 chunks.
 #[inline(always)]
@@ -99,10 +104,10 @@ fn raw_offsets<const F: u8>() -> std::ops::Range<usize> {
 
 #[inline(always)]
 fn raw_off<const F: u8>(c: usize) -> usize {
-    if F == Q6K {
-        32 * c
-    } else {
-        16 + 32 * c
+    match F {
+        Q6K => 32 * c,
+        IQ4XS => 8 + 32 * c,
+        _ => 16 + 32 * c,
     }
 }
 
@@ -121,8 +126,9 @@ impl Src for Pre {
     #[inline(always)]
     unsafe fn hdr<const F: u8>(self, _off: usize) -> [__m512i; 4] {
         let v = self.p as *const __m512i;
-        // SAFETY: as above.
-        unsafe { std::array::from_fn(|k| _mm512_loadu_si512(v.add(hdr_at::<F>() + k) as *const _)) }
+        let n = if F == IQ4XS { HDR_IQ4XS } else { 4 };
+        // SAFETY: as above (IQ4_XS: its two header vectors; the others read as zero).
+        unsafe { std::array::from_fn(|k| if k < n { _mm512_loadu_si512(v.add(hdr_at::<F>() + k) as *const _) } else { _mm512_setzero_si512() }) }
     }
     #[inline(always)]
     unsafe fn d6(self) -> __m512 {
@@ -155,7 +161,8 @@ unsafe fn repack<const F: u8>(src: &[u8], dst: &mut [u8], rows: usize, nb: usize
                     }
                 }
                 let hoff = if F == Q6K { 192 } else { 0 };
-                for (k, x) in s.hdr::<F>(hoff).iter().enumerate() {
+                let nh = if F == IQ4XS { HDR_IQ4XS } else { 4 };
+                for (k, x) in s.hdr::<F>(hoff).iter().enumerate().take(nh) {
                     _mm512_storeu_si512(out.add(hdr_at::<F>() + k) as *mut _, *x);
                 }
                 if F == Q6K {
@@ -176,6 +183,7 @@ pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
         crate::GgmlType::Q4K => Some(Q4K),
         crate::GgmlType::Q5K => Some(Q5K),
         crate::GgmlType::Q6K => Some(Q6K),
+        crate::GgmlType::IQ4XS => Some(IQ4XS),
         _ => None,
     }
 }
@@ -186,6 +194,7 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
     // SAFETY: AVX-512 checked by the caller (`rows16_available`), lengths too.
     unsafe {
         match kind {
+            IQ4XS => repack::<IQ4XS>(src, dst, rows, nb),
             Q6K => repack::<Q6K>(src, dst, rows, nb),
             Q5K => repack::<Q5K>(src, dst, rows, nb),
             _ => repack::<Q4K>(src, dst, rows, nb),
@@ -212,13 +221,14 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     macro_rules! by_kind {
         ($go:ident) => {
             match kind {
+                IQ4XS => $go!(IQ4XS, IQ4XS),
                 Q6K => $go!(Q6K, Q6K),
                 Q5K => $go!(Q5K, Q4K),
                 _ => $go!(Q4K, Q4K),
             }
         };
     }
-    if m <= x86_fused16::MAX_FUSED {
+    if m <= x86_fused16::MAX_FUSED && kind != IQ4XS {
         SCALES16.with(|pk| {
             let pk = &mut *pk.borrow_mut();
             groups(w, rows, rb, |g, next| {
@@ -237,7 +247,12 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                         }
                     };
                 }
-                by_kind!(go)
+                // (IQ4_XS has no fused kernel: the branch below)
+                match kind {
+                    Q6K => go!(Q6K, Q6K),
+                    Q5K => go!(Q5K, Q4K),
+                    _ => go!(Q4K, Q4K),
+                }
             });
         });
     } else if takes_amx(kind, m, n, astride) {
@@ -290,6 +305,7 @@ fn groups(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*co
 /// Bytes of one super-block of `kind`.
 fn kind_bytes(kind: u8) -> usize {
     match kind {
+        IQ4XS => block_bytes::<IQ4XS>(),
         Q6K => block_bytes::<Q6K>(),
         Q5K => block_bytes::<Q5K>(),
         _ => block_bytes::<Q4K>(),
