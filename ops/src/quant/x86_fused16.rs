@@ -1,6 +1,7 @@
-//! Fused 16-row kernels for few tokens (AVX-512 VNNI; Q4_K, Q5_K, Q6_K): the 16-row
-//! layout of `x86_pack16`, but each decoded vector of 16 rows × 4 elements goes straight
-//! from the raw-byte transpose into the `vpdpbusd` of every token, in registers, instead
+//! Fused 16-row kernels for few tokens (AVX-512 VNNI; Q4_K, Q5_K, Q6_K, and IQ4_XS from
+//! the `rows16` layout only): the 16-row layout of `x86_pack16`, but each decoded vector
+//! of 16 rows × 4 elements goes straight from the raw-byte transpose (or the `rows16`
+//! copy, `x86_rows16`) into the `vpdpbusd` of every token, in registers, instead
 //! of being stored into a packed super-block (5.7 KB written, then read back per token).
 //! With 1–4 tokens per expert (256 experts, top-8, a 128-token batch; 16 decode slots of
 //! 64 experts) the stores of the packed form cost about as much as the products.
@@ -10,7 +11,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, pack_scales16, store_rows, Packed16, Rows, Src, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, pack_scales16, store_rows, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -85,6 +86,37 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                         *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(acc[0][j], pk.sc[2 * cb]));
                         *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(acc[1][j], pk.sc[2 * cb + 1]));
                     }
+                }
+            }
+        } else if F == IQ4XS {
+            // 32 raw bytes p = sub-blocks 2p (dwords 0..4) and 2p + 1 (4..8), low nibbles
+            // elements 0..16 of each, high 16..32; codes through the table (+128)
+            let t = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
+            for p in 0..4 {
+                prefetch(pf.0, p * pf.1, pf.1);
+                let v = src.raw::<F>(8 + 32 * p);
+                let (mut a0, mut a1) = ([z; M], [z; M]);
+                for g in 0..4 {
+                    // (a macro: a closure would not inherit the target features)
+                    macro_rules! code {
+                        ($x:expr) => {
+                            _mm512_shuffle_epi8(t, $x)
+                        };
+                    }
+                    let x0 = code!(_mm512_and_si512(v[g], m4));
+                    let x1 = code!(_mm512_and_si512(_mm512_srli_epi16::<4>(v[g]), m4));
+                    let x2 = code!(_mm512_and_si512(v[4 + g], m4));
+                    let x3 = code!(_mm512_and_si512(_mm512_srli_epi16::<4>(v[4 + g]), m4));
+                    for j in 0..M {
+                        a0[j] = _mm512_dpbusd_epi32(a0[j], x0, act!(j, 16 * p + g));
+                        a0[j] = _mm512_dpbusd_epi32(a0[j], x1, act!(j, 16 * p + 4 + g));
+                        a1[j] = _mm512_dpbusd_epi32(a1[j], x2, act!(j, 16 * p + 8 + g));
+                        a1[j] = _mm512_dpbusd_epi32(a1[j], x3, act!(j, 16 * p + 12 + g));
+                    }
+                }
+                for (j, is) in isum.iter_mut().enumerate() {
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(a0[j], pk.sc[2 * p]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(a1[j], pk.sc[2 * p + 1]));
                 }
             }
         } else {

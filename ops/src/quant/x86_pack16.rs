@@ -53,7 +53,7 @@ pub const IQ4XS: u8 = 44;
 
 /// IQ4_XS's table plus 128, bytes read as unsigned (the kernel removes the offset with
 /// the bsums).
-const IQ4NL_U8: [i8; 16] = {
+pub(super) const IQ4NL_U8: [i8; 16] = {
     let mut t = [0i8; 16];
     let mut i = 0;
     while i < 16 {

@@ -228,7 +228,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
             }
         };
     }
-    if m <= x86_fused16::MAX_FUSED && kind != IQ4XS {
+    if m <= x86_fused16::MAX_FUSED {
         SCALES16.with(|pk| {
             let pk = &mut *pk.borrow_mut();
             groups(w, rows, rb, |g, next| {
@@ -247,12 +247,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                         }
                     };
                 }
-                // (IQ4_XS has no fused kernel: the branch below)
-                match kind {
-                    Q6K => go!(Q6K, Q6K),
-                    Q5K => go!(Q5K, Q4K),
-                    _ => go!(Q4K, Q4K),
-                }
+                by_kind!(go)
             });
         });
     } else if takes_amx(kind, m, n, astride) {
