@@ -27,7 +27,7 @@ fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u
 fn repacked_dots_are_bitwise_vec_dot() {
     let mut rng = Rng(0x0516_7a11_cafe_f00d);
     for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
-        if !rows16::has_layout(ty, 256, 16) {
+        if !rows16::available(ty, 256, 16) {
             eprintln!("rows16 not available here (no AVX-512 VNNI): nothing to check");
             return;
         }
@@ -76,7 +76,7 @@ fn bad_lengths_give_nan_or_false() {
     assert!(!rows16::repack(ty, n, 15, &w[..15 * rb], &mut p[..15 * rb]));
     assert!(!rows16::repack(ty, n, 16, &w, &mut p[..10]));
     assert!(!rows16::repack(GgmlType::Q8_0, n, 16, &w, &mut p));
-    if !rows16::has_layout(ty, n, 16) {
+    if !rows16::available(ty, n, 16) {
         return;
     }
     assert!(rows16::repack(ty, n, 16, &w, &mut p));
@@ -103,7 +103,7 @@ fn bad_lengths_give_nan_or_false() {
 fn timing_plain_vs_rows16() {
     let mut rng = Rng(99);
     for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5K, GgmlType::IQ4XS] {
-        if !rows16::has_layout(ty, 2048, 16) {
+        if !rows16::available(ty, 2048, 16) {
             return;
         }
         let n = 2048;

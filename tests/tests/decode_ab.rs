@@ -5,6 +5,7 @@
 //! (after a 16-token prompt, in fresh states), `ROUNDS` rounds; prints tok/s best and
 //! median per set and the median of the per-round ratios to the first set. `SLOTS=K`:
 //! K sequences per step (`Runner::forward_multi`).
+#![cfg(target_arch = "x86_64")]
 
 use pn_engine::gguf::{Gguf, LoadMode};
 use pn_engine::Runner;
@@ -16,19 +17,7 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
-    let spec = std::env::var("CFGS").unwrap_or_else(|_| "plain=10:0;r16=".into());
-    spec.split(';')
-        .filter(|c| !c.is_empty())
-        .map(|c| {
-            let (name, kv) = c.split_once('=').expect("name=knob:value,...");
-            let mut k = [usize::MAX; pn_ops::quant::N_KNOBS];
-            for p in kv.split(',').filter(|p| !p.is_empty()) {
-                let (i, v) = p.split_once(':').expect("knob:value");
-                k[i.parse::<usize>().unwrap()] = v.parse().unwrap();
-            }
-            (name.to_string(), k)
-        })
-        .collect()
+    pn_ops::testing::knob_sets(&std::env::var("CFGS").unwrap_or_else(|_| "plain=10:0;r16=".into())).expect("CFGS")
 }
 
 #[test]

@@ -7,8 +7,8 @@
 //! `matmul_few_tokens`: the non-expert matmuls the same way. `CFGS="a=;b=1:99,3:99"`
 //! (name=knob:value,…; knobs `pn_ops::quant::KNOB_*`) alternates dispatch thresholds call
 //! by call in one process: on a box shared with other work, the only A/B that means much.
-//! The word `r16` in a set (`CFGS="plain=;r16=r16"`) gives its calls the weights'
-//! `rows16` copies (`pn_ops::quant::rows16`), as the loader does.
+//! The weights carry their `rows16` copies (`pn_ops::quant::rows16`) as the loader makes
+//! them; knob 10 (`KNOB_ROWS16`) at 0 reads the plain rows: `CFGS="plain=10:0;r16="`.
 #![cfg(target_arch = "x86_64")]
 
 use pn_cpu::CpuBackend;
@@ -100,21 +100,18 @@ fn moe_few_tokens() {
         let mut times = vec![Vec::new(); cf.len()];
         let mut call = 0;
         for rep in 0..reps + layers {
-            for (c, (_, kn, r16)) in cf.iter().enumerate() {
+            for (c, (_, kn)) in cf.iter().enumerate() {
                 pn_ops::quant::set_knobs(kn);
                 let ((g, u, d), (g16, u16, d16)) = (&ws[call % layers], &ws16[call % layers]);
                 call += 1;
-                fn copy(on: bool, p: &[u8]) -> Option<&[u8]> {
-                    (on && !p.is_empty()).then_some(p)
-                }
                 let view = |name, ty, shape, bytes, rows16| Value::Weight(WeightView { name, ty, shape, bytes, rows16 });
                 let ins = [
                     Value::Act(&x),
                     Value::Act(&ids),
                     Value::Act(&wt),
-                    view("g", GgmlType::Q4K, Shape::d3(kd, f, e), g, copy(*r16, g16)),
-                    view("u", GgmlType::Q4K, Shape::d3(kd, f, e), u, copy(*r16, u16)),
-                    view("d", GgmlType::Q6K, Shape::d3(f, kd, e), d, copy(*r16, d16)),
+                    view("g", GgmlType::Q4K, Shape::d3(kd, f, e), g, copy(g16)),
+                    view("u", GgmlType::Q4K, Shape::d3(kd, f, e), u, copy(u16)),
+                    view("d", GgmlType::Q6K, Shape::d3(f, kd, e), d, copy(d16)),
                 ];
                 let metas: Vec<TensorMeta> = ins.iter().map(meta_of).collect();
                 let op = Op::MoeExperts { merged_gate_up: false };
@@ -128,7 +125,7 @@ fn moe_few_tokens() {
         }
         let bytes = (distinct.len() * per_expert) as f64;
         let mut line = format!("n={t:4} experts {:3}", distinct.len());
-        for (c, (name, _, _)) in cf.iter().enumerate() {
+        for (c, (name, _)) in cf.iter().enumerate() {
             times[c].sort_by(f64::total_cmp);
             let (best, q1, med) = (times[c][0], times[c][times[c].len() / 4], times[c][times[c].len() / 2]);
             let bw = *bw1.get_or_insert(bytes / best);
@@ -142,30 +139,21 @@ fn moe_few_tokens() {
 /// would make it (empty: none).
 fn rows16_of(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Vec<u8> {
     let mut p = vec![0u8; w.len()];
-    if pn_ops::quant::rows16::available(ty, k, rows) && pn_ops::quant::rows16::repack(ty, k, rows, w, &mut p) {
+    if pn_ops::quant::rows16::repack(ty, k, rows, w, &mut p) {
         p
     } else {
         Vec::new()
     }
 }
 
-/// Knob sets to compare: `CFGS="a=;b=0:9,1:99"` (name=knob:value,…; `;` between sets);
-/// the word `r16` in a set: its calls read the `rows16` copies.
-fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS], bool)> {
-    let spec = std::env::var("CFGS").unwrap_or_else(|_| "base=".into());
-    spec.split(';')
-        .filter(|c| !c.is_empty())
-        .map(|c| {
-            let (name, kv) = c.split_once('=').unwrap();
-            let mut k = [usize::MAX; pn_ops::quant::N_KNOBS];
-            let r16 = kv.split(',').any(|p| p == "r16");
-            for p in kv.split(',').filter(|p| !p.is_empty() && *p != "r16") {
-                let (i, v) = p.split_once(':').unwrap();
-                k[i.parse::<usize>().unwrap()] = v.parse().unwrap();
-            }
-            (name.to_string(), k, r16)
-        })
-        .collect()
+/// A weight's `rows16` copy for its view (None where `rows16_of` made none).
+fn copy(p: &[u8]) -> Option<&[u8]> {
+    (!p.is_empty()).then_some(p)
+}
+
+/// Knob sets to compare: `CFGS="a=;b=0:9,1:99"` (`pn_ops::testing::knob_sets`).
+fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
+    pn_ops::testing::knob_sets(&std::env::var("CFGS").unwrap_or_else(|_| "base=".into())).expect("CFGS")
 }
 
 /// The non-expert matmuls of a full-dims layer (attn_qkv Q6_K 2048×8192, attn_gate Q4_K
@@ -197,10 +185,9 @@ fn matmul_few_tokens() {
             let mut times = vec![Vec::new(); cf.len()];
             let mut call = 0;
             for rep in 0..reps + 2 {
-                for (c, (_, kn, r16)) in cf.iter().enumerate() {
+                for (c, (_, kn)) in cf.iter().enumerate() {
                     pn_ops::quant::set_knobs(kn);
-                    let p = &ws16[call % layers];
-                    let rows16 = (*r16 && !p.is_empty()).then_some(&p[..]);
+                    let rows16 = copy(&ws16[call % layers]);
                     let w = WeightView { name: "w", ty, shape: Shape::d2(k, n), bytes: &ws[call % layers], rows16 };
                     call += 1;
                     let ins = [Value::Weight(w), Value::Act(&x)];
@@ -214,7 +201,7 @@ fn matmul_few_tokens() {
                 }
             }
             let mut line = format!("{ty} {k}x{n} n={t:3}");
-            for (c, (name, _, _)) in cf.iter().enumerate() {
+            for (c, (name, _)) in cf.iter().enumerate() {
                 times[c].sort_by(f64::total_cmp);
                 let (b, m) = (times[c][0], times[c][times[c].len() / 2]);
                 line += &format!(" | {name} {b:6.3}/{m:6.3} ms {:5.1} GB/s", bytes / b / 1e6);

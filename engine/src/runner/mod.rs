@@ -23,7 +23,7 @@ mod moves;
 
 use crate::backend::{Backend, Executable, Memory, OpCode, OpInput, SegmentCode, Support};
 use crate::gguf::{Gguf, TensorInfo};
-use crate::graph::{Graph, GraphBuilder, GraphError, Node};
+use crate::graph::{Graph, GraphBuilder, GraphError, Node, NodeId};
 use crate::model::{Geometry, Model};
 use crate::planner::debug::{self, Counters, Profile};
 use crate::planner::program::{self, Program};
@@ -439,15 +439,17 @@ impl Runner {
     /// experts of host-memory dies read: made once, at the first plan (load time), so
     /// the CPU kernels never transpose their rows per call (`PN_NO_REPACK=1`: none).
     fn prepare_rows16(&self, graph: &Graph, plan: &Plan, prog: &Program) {
-        let mut ixs = Vec::new();
-        for s in plan.segments.iter().filter(|s| self.memory[s.die] == Memory::Host) {
-            for &id in &s.nodes {
-                let node = graph.node(id);
-                if matches!(node.op, pn_ops::Op::MatMul | pn_ops::Op::MoeExperts { .. }) {
-                    ixs.extend(prog.weights.iter().filter(|w| node.inputs.contains(&w.node)).map(|w| w.tensor));
-                }
-            }
-        }
+        // the inputs of those ops, then the weights among them
+        let read: std::collections::HashSet<NodeId> = plan
+            .segments
+            .iter()
+            .filter(|s| self.memory[s.die] == Memory::Host)
+            .flat_map(|s| &s.nodes)
+            .map(|&id| graph.node(id))
+            .filter(|node| matches!(node.op, pn_ops::Op::MatMul | pn_ops::Op::MoeExperts { .. }))
+            .flat_map(|node| node.inputs.iter().copied())
+            .collect();
+        let ixs: Vec<usize> = prog.weights.iter().filter(|w| read.contains(&w.node)).map(|w| w.tensor).collect();
         let t0 = std::time::Instant::now();
         let made = self.gguf.prepare_rows16(&ixs);
         if made > 0 && self.debug >= 1 {

@@ -1,4 +1,4 @@
-//! The `rows16` layout: a K-quant weight (Q4_K, Q5_K, Q6_K) or IQ4_XS with its rows interleaved 16
+//! The `rows16` layout: a Q4_K, Q5_K, Q6_K or IQ4_XS weight with its rows interleaved 16
 //! at a time, super-block by super-block, as the AVX-512 VNNI 16-row kernels read them
 //! (`x86_rows16`). A host backend makes it once at load, for the weights its matmuls
 //! stream every step; the plain bytes stay the weight's (`WeightView::bytes`), this is a
@@ -7,19 +7,14 @@
 
 use crate::GgmlType;
 
-/// Whether the loader should give a `[n, rows]` weight (or a stack of such matrices)
-/// of `ty` a `rows16` copy on this CPU: where it has the layout ([`has_layout`]).
-/// Measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls
-/// alternated, GB/s of weights plain → `rows16`): one token Q4_K 2048×4096 14.7 → 25.7,
-/// Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 / 13.4 → 17.6; 16 tokens 4.2 → 4.3
-/// / 4.4 → 4.8.
+/// Whether a `[n, rows]` weight (or a stack of such matrices) of `ty` takes the
+/// `rows16` layout on this CPU: Q4_K, Q5_K, Q6_K or IQ4_XS, whole super-blocks, rows in
+/// whole 16-row groups, AVX-512 VNNI (`PN_NO_REPACK=1` says no). The loader makes the
+/// copy wherever it can: measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2
+/// threads, calls alternated, GB/s of weights plain → `rows16`): one token Q4_K
+/// 2048×4096 14.7 → 25.7, Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 / 13.4 →
+/// 17.6; 16 tokens 4.2 → 4.3 / 4.4 → 4.8.
 pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
-    has_layout(ty, n, rows)
-}
-
-/// Whether a `[n, rows]` weight of `ty` can take the `rows16` layout on this CPU
-/// (Q4_K, Q5_K, Q6_K, IQ4_XS; AVX-512 VNNI; whole super-blocks and 16-row groups).
-pub fn has_layout(ty: GgmlType, n: usize, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         enabled() && super::x86_rows16::kind(ty).is_some() && n > 0 && n.is_multiple_of(256) && rows > 0 && rows.is_multiple_of(16)
@@ -38,12 +33,12 @@ fn enabled() -> bool {
     *ON.get_or_init(|| super::x86::has_vnni() && std::env::var_os("PN_NO_REPACK").is_none_or(|v| v.is_empty() || v == "0"))
 }
 
-/// `src` (`rows` plain rows of `n` elements of `ty`, as `has_layout` allows) into `dst`
-/// in the `rows16` layout. False (nothing written) when `has_layout` says no or the
+/// `src` (`rows` plain rows of `n` elements of `ty`, as [`available`] allows) into `dst`
+/// in the `rows16` layout. False (nothing written) when `available` says no or the
 /// lengths are not `rows` rows.
 pub fn repack(ty: GgmlType, n: usize, rows: usize, src: &[u8], dst: &mut [u8]) -> bool {
     let Some(rb) = ty.row_bytes(n) else { return false };
-    if !has_layout(ty, n, rows) || src.len() != rows * rb || dst.len() != src.len() {
+    if !available(ty, n, rows) || src.len() != rows * rb || dst.len() != src.len() {
         return false;
     }
     #[cfg(target_arch = "x86_64")]
@@ -67,10 +62,10 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
         return;
     }
     let ab = super::vec_dot_type(ty).row_bytes(n);
-    let ok = has_layout(ty, n, rows)
+    let ok = available(ty, n, rows)
         && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
         && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
-        && (m <= ostride || rows == 1)
+        && m <= ostride
         && (rows - 1) * ostride + m <= out.len();
     #[cfg(target_arch = "x86_64")]
     if ok {

@@ -1,4 +1,5 @@
-//! The `rows16` layout of Q4_K / Q5_K / Q6_K weights (AVX-512 VNNI) and its dot kernels.
+//! The `rows16` layout of Q4_K / Q5_K / Q6_K / IQ4_XS weights (AVX-512 VNNI) and its dot
+//! kernels.
 //!
 //! The 16-row kernels (`x86_pack16`, `x86_fused16`, `x86_amx`) read 16 rows' raw bytes
 //! 32 at a time and transpose them (`raw16`: lane r = dword g of row r), the headers 16
@@ -191,7 +192,7 @@ pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
 /// `src` (rows of `nb` super-blocks of `kind`, a multiple of 16 rows) into `dst` in the
 /// `rows16` layout. The caller checked AVX-512 VNNI and the lengths.
 pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
-    // SAFETY: AVX-512 checked by the caller (`rows16_available`), lengths too.
+    // SAFETY: AVX-512 checked by the caller (`rows16::available`), lengths too.
     unsafe {
         match kind {
             IQ4XS => repack::<IQ4XS>(src, dst, rows, nb),
@@ -210,7 +211,7 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` rows, `a` `m` tokens, `out`
-/// `(rows − 1)·ostride + m` floats (checked by `quant::vec_dot_block_rows16`).
+/// `(rows − 1)·ostride + m` floats (checked by `quant::rows16::vec_dot_block`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
@@ -218,70 +219,44 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     use super::{x86_amx, x86_fused16, x86_pack16};
     let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
     let ap = a.as_ptr();
-    macro_rules! by_kind {
-        ($go:ident) => {
-            match kind {
-                IQ4XS => $go!(IQ4XS, IQ4XS),
-                Q6K => $go!(Q6K, Q6K),
-                Q5K => $go!(Q5K, Q4K),
-                _ => $go!(Q4K, Q4K),
-            }
-        };
-    }
-    if m <= x86_fused16::MAX_FUSED {
-        SCALES16.with(|pk| {
-            let pk = &mut *pk.borrow_mut();
-            groups(w, rows, rb, |g, next| {
-                let src = Pre { p: w[g * rb..].as_ptr() };
-                let o = &mut out[g * ostride..];
-                macro_rules! go {
-                    ($f:expr, $d:expr) => {
-                        // SAFETY: 16 rows of nb blocks at src, m tokens (the caller's contract).
-                        unsafe {
+    let fused = m <= x86_fused16::MAX_FUSED;
+    let amx = !fused && takes_amx(kind, m, n, astride);
+    // (every path's scratch borrowed once per call, whichever runs)
+    SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| {
+        let (pk, p16, am) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut());
+        let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
+        groups(w, rows, rb, |g, next| {
+            let src = Pre { p: w[g * rb..].as_ptr() };
+            let o = &mut out[g * ostride..];
+            // `$f`: the format, `$d`: its dot formula (Q5_K dots as Q4_K)
+            macro_rules! go {
+                ($f:expr, $d:expr) => {
+                    // SAFETY: 16 rows of nb blocks at src and m tokens (the caller's
+                    // contract); AMX usable when `amx` (takes_amx), its tail padded to 16.
+                    unsafe {
+                        if fused {
                             match m {
                                 1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
                                 2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
                                 3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
                                 _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
                             }
+                        } else if amx {
+                            x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, ostride, &mut am.0, next)
+                        } else {
+                            x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, ostride, p16, next, false)
                         }
-                    };
-                }
-                by_kind!(go)
-            });
+                    }
+                };
+            }
+            match kind {
+                IQ4XS => go!(IQ4XS, IQ4XS),
+                Q6K => go!(Q6K, Q6K),
+                Q5K => go!(Q5K, Q4K),
+                _ => go!(Q4K, Q4K),
+            }
         });
-    } else if takes_amx(kind, m, n, astride) {
-        AMX.with(|sc| {
-            let sc = &mut *sc.borrow_mut();
-            let tail = padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut sc.1);
-            groups(w, rows, rb, |g, next| {
-                let src = Pre { p: w[g * rb..].as_ptr() };
-                let o = &mut out[g * ostride..];
-                macro_rules! go {
-                    ($f:expr, $d:expr) => {
-                        // SAFETY: AMX usable (takes_amx); as above, the tail padded to 16.
-                        unsafe { x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, ostride, &mut sc.0, next) }
-                    };
-                }
-                by_kind!(go)
-            });
-        });
-    } else {
-        PACKED16.with(|sc| {
-            let sc = &mut *sc.borrow_mut();
-            groups(w, rows, rb, |g, next| {
-                let src = Pre { p: w[g * rb..].as_ptr() };
-                let o = &mut out[g * ostride..];
-                macro_rules! go {
-                    ($f:expr, $d:expr) => {
-                        // SAFETY: as above.
-                        unsafe { x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, ostride, sc, next, false) }
-                    };
-                }
-                by_kind!(go)
-            });
-        });
-    }
+    })));
 }
 
 /// `f(g, next)` for each 16-row group `g` of the `rows` rows of `w` (`rb` bytes a row),
