@@ -63,7 +63,7 @@ fi
 echo "nvrtc-check: libnvrtc from $LIB"
 cd "$ROOT"
 export LD_LIBRARY_PATH="$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-if ! cargo test -p pn-cuda --test nvrtc_compile -- --ignored --nocapture every_kernel_compiles; then
+if ! cargo test --workspace --test nvrtc_compile -- --ignored --nocapture every_kernel_compiles; then
     echo "nvrtc-check: FAILED: a kernel did not compile cleanly with NVRTC (see above)" >&2
     exit 1
 fi
