@@ -1,5 +1,6 @@
 //! The `rows16` layout: a repacked weight's dots are bitwise `vec_dot` of the plain rows,
-//! for every format it covers (Q4_K, Q5_K, Q6_K, IQ4_XS), any number of tokens (the fused, packed and AMX paths),
+//! for every format it covers (Q4_K, Q5_K, Q6_K, IQ4_XS; Q8_0, Q4_0, IQ4_NL, MXFP4), any
+//! number of tokens (the fused, packed and AMX paths),
 //! padded activation strides and row blocks; bad lengths give NaN, never a panic.
 
 mod quant_common;
@@ -26,13 +27,15 @@ fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u
 #[test]
 fn repacked_dots_are_bitwise_vec_dot() {
     let mut rng = Rng(0x0516_7a11_cafe_f00d);
-    for ty in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS] {
+    use GgmlType::*;
+    for ty in [Q4K, Q5K, Q6K, IQ4XS, Q8_0, Q4_0, IQ4NL, MXFP4] {
         if !rows16::available(ty, 256, 16) {
             eprintln!("rows16 not available here (no AVX-512 VNNI): nothing to check");
             return;
         }
         for (nb, rows) in [(1usize, 16usize), (3, 48), (8, 32)] {
-            let n = 256 * nb;
+            // 32-element formats: odd block counts too
+            let n = if ty.block_size() == 256 { 256 * nb } else { 32 * (2 * nb + 1) };
             let rb = ty.row_bytes(n).unwrap();
             let w = weights(&mut rng, ty, n, rows);
             let mut p = vec![0u8; w.len()];
@@ -75,7 +78,8 @@ fn bad_lengths_give_nan_or_false() {
     // rows not a multiple of 16, short destination, a type without the layout
     assert!(!rows16::repack(ty, n, 15, &w[..15 * rb], &mut p[..15 * rb]));
     assert!(!rows16::repack(ty, n, 16, &w, &mut p[..10]));
-    assert!(!rows16::repack(GgmlType::Q8_0, n, 16, &w, &mut p));
+    let q5 = vec![0u8; GgmlType::Q5_0.row_bytes(n).unwrap() * 16];
+    assert!(!rows16::repack(GgmlType::Q5_0, n, 16, &q5, &mut q5.clone()));
     if !rows16::available(ty, n, 16) {
         return;
     }

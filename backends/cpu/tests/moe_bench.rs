@@ -171,7 +171,7 @@ fn matmul_few_tokens() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 3, 4, 8, 16]);
-    let shapes = [(GgmlType::Q6K, 2048, 8192), (GgmlType::Q6K, 512, 16384), (GgmlType::Q4K, 2048, 4096), (GgmlType::Q4K, 4096, 2048)];
+    let shapes = [(GgmlType::Q6K, 2048, 8192), (GgmlType::Q6K, 512, 16384), (GgmlType::Q4K, 2048, 4096), (GgmlType::Q4K, 4096, 2048), (GgmlType::Q8_0, 2048, 4096), (GgmlType::Q8_0, 4096, 2048)];
     let only = std::env::var("SHAPES").ok();
     for (si, (ty, k, n)) in shapes.into_iter().enumerate() {
         if only.as_ref().is_some_and(|o| !o.split(',').any(|s| s == si.to_string())) {

@@ -96,7 +96,7 @@ pub fn dot_q4_0(w: &[u8], a: &[u8]) -> f32 {
             .zip(act_i8(&y[2..]))
             .map(|(&q, v)| (q as i32 - 8) * v)
             .sum();
-        sumf += sumi as f32 * rd_f16(x, 0) * rd_f16(y, 0);
+        sumf += sumi as f32 * (rd_f16(x, 0) * rd_f16(y, 0));
     }
     sumf
 }

@@ -17,7 +17,7 @@ use crate::GgmlType;
 pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        enabled() && super::x86_rows16::kind(ty).is_some() && n > 0 && n.is_multiple_of(256) && rows > 0 && rows.is_multiple_of(16)
+        enabled() && super::x86_rows16::kind(ty).is_some() && n > 0 && n.is_multiple_of(ty.block_size()) && rows > 0 && rows.is_multiple_of(16)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -44,7 +44,7 @@ pub fn repack(ty: GgmlType, n: usize, rows: usize, src: &[u8], dst: &mut [u8]) -
     #[cfg(target_arch = "x86_64")]
     {
         let kind = super::x86_rows16::kind(ty).expect("available");
-        super::x86_rows16::repack_into(kind, src, dst, rows, n / 256);
+        super::x86_rows16::repack_into(kind, src, dst, rows, n / ty.block_size());
         true
     }
     #[cfg(not(target_arch = "x86_64"))]

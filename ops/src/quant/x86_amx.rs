@@ -85,7 +85,7 @@ struct TileConfig([u8; 64]);
 ///
 /// # Safety
 /// `has_amx()` returned true.
-unsafe fn configure(k: usize) {
+pub(super) unsafe fn configure(k: usize) {
     CONFIGURED.with(|c| {
         if c.get() as usize == k {
             return;
@@ -112,7 +112,7 @@ unsafe fn configure(k: usize) {
 /// One sub-block's tile product into `c` (16 tokens × 16 rows, i32): `A` = 16 rows of
 /// `K` bytes at `a` (stride `astride`), `B` = the packed vectors at `b`. Pair `P` of tiles.
 #[inline(always)]
-unsafe fn tile_product<const P: usize>(a: *const u8, astride: usize, b: *const __m512i, c: *mut [i32; 256]) {
+pub(super) unsafe fn tile_product<const P: usize>(a: *const u8, astride: usize, b: *const __m512i, c: *mut [i32; 256]) {
     // SAFETY: the caller configured the tiles and guarantees 16 rows of K bytes at `a`,
     // K/4 vectors at `b`, and 1 KB writable at `c`.
     unsafe {

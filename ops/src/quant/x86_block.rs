@@ -278,7 +278,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 11;
+pub const N_KNOBS: usize = 13;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -298,6 +298,11 @@ pub const KNOB_AMX_SPLIT_FROM: usize = 8;
 pub const KNOB_AMX_Q6K_FROM: usize = 9;
 /// `KNOBS[10]`: 0 = the CPU backend's matmuls ignore the weights' `rows16` copies.
 pub const KNOB_ROWS16: usize = 10;
+/// `KNOBS[11]`: `x86_rows16::FUSED_UPTO` (tokens a `rows16` block runs through the fused
+/// kernel, `MAX_FUSED` at a time).
+pub const KNOB_FUSED_UPTO: usize = 11;
+/// `KNOBS[12]`: `x86_pack_q8`'s `AMX_MIN_TOKENS`.
+pub const KNOB_AMX_Q8_FROM: usize = 12;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
@@ -380,7 +385,7 @@ thread_local! {
     pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     pub(super) static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
-    static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
+    pub(super) static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
     /// `x86_amx`'s scratch and the padded copy of the last token tile.
     pub(super) static AMX: std::cell::RefCell<(x86_amx::ScratchAmx, Vec<u8>)> = std::cell::RefCell::new(Default::default());
 }
@@ -499,7 +504,8 @@ mod tests {
     use super::super::x86_k;
     use super::*;
     use crate::quant::x86::vec_dot;
-    /// The tile kernels (M = 1) give exactly what the previous AVX2 kernels gave.
+    /// The tile kernels (M = 1) give exactly what the previous AVX2 kernels gave (the
+    /// Q8_0-activation formats: their scalar dots).
     #[test]
     fn tile_equals_previous_kernels() {
         if !has_avx2() {
@@ -534,10 +540,10 @@ mod tests {
                 // SAFETY: AVX2 detected; rows of exactly nb blocks.
                 let old = unsafe {
                     match ty {
-                        Q8_0 => x86_k::dot_q8_0(nb, &w, &a),
-                        Q4_0 => x86_k::dot_q4_0(nb, &w, &a),
-                        MXFP4 => x86_k::dot_mxfp4(nb, &w, &a),
-                        IQ4NL => x86_k::dot_iq4_nl(nb, &w, &a),
+                        Q8_0 => crate::quant::q8::dot_q8_0(&w, &a),
+                        Q4_0 => crate::quant::legacy::dot_q4_0(&w, &a),
+                        MXFP4 => crate::quant::mxfp4::dot_mxfp4(&w, &a),
+                        IQ4NL => crate::quant::iq4::dot_iq4_nl(&w, &a),
                         IQ4XS => x86_k::dot_iq4_xs(nb, &w, &a),
                         Q4K => x86_k::dot_q4_k(nb, &w, &a),
                         Q5K => x86_k::dot_q5_k(nb, &w, &a),

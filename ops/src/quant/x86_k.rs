@@ -1,20 +1,17 @@
-//! (Test oracle only.) The previous AVX2 dot products: Q8_0, Q4_0, MXFP4, IQ4_NL (with Q8_0 activations) and
-//! Q4_K, Q5_K, Q6_K, IQ4_XS (with Q8_K activations).
+//! (Test oracle only.) The previous AVX2 dot products of Q4_K, Q5_K, Q6_K, IQ4_XS (with
+//! Q8_K activations). (The Q8_0-activation formats' kernels are bitwise their scalar
+//! `dot_*`: that is their oracle.)
 //!
 //! All functions are `unsafe` with `#[target_feature(enable = "avx2,fma,f16c")]`:
 //! callers must have detected those features and must pass rows of exactly `nb` blocks
 //! (`x86::vec_dot` does both). Integer inner sums are exact (the `maddubs` operands are
 //! bounded so the i16 pair sums cannot saturate for activations produced by
-//! `quantize_row`, whose |q| <= 127). The 32-element types accumulate in float lanes;
-//! the K-quants reduce each super-block to one exact integer and then apply the same
-//! float formula as the scalar kernels.
+//! `quantize_row`, whose |q| <= 127). The K-quants reduce each super-block to one exact
+//! integer and then apply the same float formula as the scalar kernels.
 
-use super::iq4::{iq4_xs_scale, IQ4_NL_BYTES, IQ4_XS_BYTES, KVALUES_IQ4NL};
+use super::iq4::{iq4_xs_scale, IQ4_XS_BYTES, KVALUES_IQ4NL};
 use super::k_quants::{scale_min_k4, Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
-use super::legacy::Q4_0_BYTES;
-use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
-use super::q8::{Q8K, Q8_0_BYTES, Q8_K_BYTES};
-use super::x86::hsum_ps;
+use super::q8::{Q8K, Q8_K_BYTES};
 use std::arch::x86_64::*;
 
 /// f16 bits -> f32 with F16C.
@@ -60,103 +57,6 @@ unsafe fn hsum_epi32(v: __m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
     _mm_cvtsi128_si32(s)
-}
-
-/// Shared loop of the 32-element formats paired with Q8_0: `ints(block)` gives the 32
-/// signed weight integers, `scale(block, act_block)` the float factor.
-#[inline(always)]
-unsafe fn dot_32(
-    nb: usize,
-    w: &[u8],
-    a: &[u8],
-    wbytes: usize,
-    ints: impl Fn(*const u8) -> __m256i,
-    scale: impl Fn(&[u8], &[u8]) -> f32,
-) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 2];
-    for i in 0..nb {
-        let (x, y) = (
-            &w[i * wbytes..(i + 1) * wbytes],
-            &a[i * Q8_0_BYTES..(i + 1) * Q8_0_BYTES],
-        );
-        // SAFETY: `y` is a whole Q8_0 block: qs is 32 bytes at offset 2. `ints` reads
-        // inside the `wbytes`-long block `x`; the features are enabled in every caller.
-        let p =
-            unsafe { _mm256_cvtepi32_ps(mul_sum_i8(ints(x.as_ptr()), load32(y.as_ptr().add(2)))) };
-        let d = _mm256_set1_ps(scale(x, y));
-        acc[i & 1] = _mm256_fmadd_ps(d, p, acc[i & 1]);
-    }
-    // SAFETY: features enabled in every caller.
-    unsafe { hsum_ps(_mm256_add_ps(acc[0], acc[1])) }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q8_0(nb: usize, w: &[u8], a: &[u8]) -> f32 {
-    // SAFETY: Q8_0 blocks hold 32 quants at offset 2; features enabled here.
-    unsafe {
-        dot_32(
-            nb,
-            w,
-            a,
-            Q8_0_BYTES,
-            |p| load32(p.add(2)),
-            |x, y| f16c(x, 0) * f16c(y, 0),
-        )
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q4_0(nb: usize, w: &[u8], a: &[u8]) -> f32 {
-    let eight = _mm256_set1_epi8(8);
-    // SAFETY: Q4_0 blocks hold 16 nibble bytes at offset 2; features enabled here.
-    unsafe {
-        dot_32(
-            nb,
-            w,
-            a,
-            Q4_0_BYTES,
-            |p| _mm256_sub_epi8(nibbles32(p.add(2)), eight),
-            |x, y| f16c(x, 0) * f16c(y, 0),
-        )
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_mxfp4(nb: usize, w: &[u8], a: &[u8]) -> f32 {
-    // SAFETY: the table is 16 readable bytes.
-    let t = unsafe {
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_MXFP4.as_ptr() as *const __m128i))
-    };
-    // SAFETY: MXFP4 blocks hold 16 nibble bytes at offset 1; features enabled here.
-    unsafe {
-        dot_32(
-            nb,
-            w,
-            a,
-            MXFP4_BYTES,
-            |p| _mm256_shuffle_epi8(t, nibbles32(p.add(1))),
-            |x, y| e8m0_to_f32_half(x[0]) * f16c(y, 0),
-        )
-    }
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_iq4_nl(nb: usize, w: &[u8], a: &[u8]) -> f32 {
-    // SAFETY: the table is 16 readable bytes.
-    let t = unsafe {
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i))
-    };
-    // SAFETY: IQ4_NL blocks hold 16 nibble bytes at offset 2; features enabled here.
-    unsafe {
-        dot_32(
-            nb,
-            w,
-            a,
-            IQ4_NL_BYTES,
-            |p| _mm256_shuffle_epi8(t, nibbles32(p.add(2))),
-            |x, y| f16c(x, 0) * f16c(y, 0),
-        )
-    }
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

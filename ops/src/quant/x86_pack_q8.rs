@@ -1,34 +1,38 @@
-//! 16-row packed kernel for the 32-element formats paired with Q8_0 activations (Q8_0,
-//! Q4_0, IQ4_NL, MXFP4; AVX-512 VNNI, prefill).
+//! 16-row kernels for the 32-element formats paired with Q8_0 activations (Q8_0, Q4_0,
+//! IQ4_NL, MXFP4; AVX-512 VNNI), from plain rows (packed per call) or the `rows16` layout
+//! (made at load).
 //!
-//! Each 32-weight block of 16 rows is stored as u8 (`w + 128`, w the block's signed
-//! integers as `x86_tile::tile_32` gets them) interleaved 4 weights ×
-//! 16 rows per vector, so one `vpdpbusd` with a broadcast of 4 activation bytes gives
-//! the 4-weight partial sums of 16 rows; starting it from `−128 · Σ those 4 activations`
-//! removes the offset, leaving exactly the integer each lane of the tile kernel computes.
+//! A block of 16 rows is 8 vectors of u8 weights (`w + 128`), vector l lane r = weights
+//! 4l..4l+4 of row r, and the 16 rows' float scales. One `vpdpbusd` with a broadcast of
+//! 4 activation bytes gives 16 rows' sums of 4 products; eight of them, started from
+//! `−128 · Σ the block's 32 activations`, give each row's exact block integer `sumi`.
+//! Then one float step per block and token, `sumf += sumi as f32 · (d_w · d_a)` in block
+//! order: the contract of `x86_tile::tile_32` and the scalar dots, lane by lane, so every
+//! result is bitwise theirs.
 //!
-//! Bitwise contract (`x86_tile::tile_32`, ggml's AVX2 form): per block the 8 partial
-//! sums of 4 products are converted to f32 and fused-multiply-added, scaled by
-//! `d_w · d_a`, into the even- or odd-block accumulator of their lane; at the end the
-//! two accumulators are added and the 8 lanes summed as `x86::hsum_ps` does. Here the
-//! lanes are rows and those 8 partial-sum positions are 8 vectors: the same operations
-//! in the same order for every (row, token).
+//! `rows16` layout, per 16-row group and block (the 16 plain blocks' bytes, reordered):
+//! Q8_0: the 8 weight vectors (lane r = bytes 4l..4l+4 of row r's qs), then the 16 f16 d; Q4_0 /
+//! IQ4_NL: 4 vectors of the qs bytes (lane r = bytes 4g..4g+4 of row r: low nibbles are
+//! weights 4g.., high ones 16 + 4g..), then the 16 f16 d; MXFP4: the 4 qs vectors, then
+//! the 16 e8m0 bytes.
 
 use super::iq4::{IQ4_NL_BYTES, KVALUES_IQ4NL};
 use super::legacy::Q4_0_BYTES;
 use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
-use super::x86_pack16::{bcast4, join, transpose16x8};
+use super::x86_pack16::{bcast4, join, store_rows, transpose16x8, IQ4NL_U8};
 use super::x86_tile::{f16, nibbles32, table16};
+use std::arch::x86_64::*;
 
-/// The weight formats of [`group16_q8`] (`const F`).
+/// The weight formats of these kernels (`const F`; distinct from `x86_pack16`'s kinds,
+/// so `x86_rows16::kind` can name both families).
 pub const Q8_0: u8 = 0;
 pub const Q4_0: u8 = 1;
 pub const IQ4NL: u8 = 2;
 pub const MXFP4: u8 = 3;
 
-/// Bytes of one block of format `F`.
-const fn block_bytes(f: u8) -> usize {
+/// Bytes of one block of format `f`.
+pub(crate) const fn block_bytes(f: u8) -> usize {
     match f {
         Q4_0 => Q4_0_BYTES,
         IQ4NL => IQ4_NL_BYTES,
@@ -37,7 +41,18 @@ const fn block_bytes(f: u8) -> usize {
     }
 }
 
-/// The 32 signed weight integers of block `x` (as `x86_tile::tile_32`'s `ints`).
+/// MXFP4's table plus 128, read as unsigned bytes.
+const MXFP4_U8: [i8; 16] = {
+    let mut t = [0i8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES_MXFP4[i] as i16 + 128) as u8 as i8;
+        i += 1;
+    }
+    t
+};
+
+/// The 32 signed weight integers of plain block `x` (as `x86_tile::tile_32`'s `ints`).
 #[inline(always)]
 unsafe fn ints<const F: u8>(x: *const u8) -> __m256i {
     // SAFETY (whole body): x is a whole block of format F.
@@ -51,7 +66,7 @@ unsafe fn ints<const F: u8>(x: *const u8) -> __m256i {
     }
 }
 
-/// The block's float scale (`tile_32`'s `dw`).
+/// Plain block `x`'s float scale (`tile_32`'s `dw`).
 #[inline(always)]
 unsafe fn dw<const F: u8>(x: *const u8) -> f32 {
     // SAFETY: x is a whole block of format F.
@@ -63,68 +78,298 @@ unsafe fn dw<const F: u8>(x: *const u8) -> f32 {
         }
     }
 }
-use std::arch::x86_64::*;
 
-/// One packed block `pk` against one token's block `y` (corrections `corr[0..8]`):
-/// `acc[l] += d_w·d_a · (the 4-weight partial sums l of the 16 rows)`.
-#[inline(always)]
-unsafe fn block_step(pk: &PackedQ8, corr: *const i32, y: *const u8, acc: &mut [__m512; 8]) {
-    // SAFETY (whole body): y is a whole Q8_0 block, corr holds 8 i32; the caller's
-    // target features (inlined into `run`).
-    unsafe {
-        let dv = _mm512_mul_ps(pk.d, _mm512_set1_ps(f16(y)));
-        for (l, al) in acc.iter_mut().enumerate() {
-            let init = _mm512_set1_epi32(*corr.add(l));
-            let s = _mm512_dpbusd_epi32(init, pk.w[l], bcast4(y.add(2 + 4 * l)));
-            *al = _mm512_fmadd_ps(dv, _mm512_cvtepi32_ps(s), *al);
-        }
-    }
-}
-
-/// One block of 16 rows: `w[g]` lane r = weights 4g..4g+4 of row r (+128), `d` = d_w.
+/// One block of 16 rows as the kernel uses it: `w[l]` lane r = weights 4l..4l+4 of row r
+/// (+128), `d` lane r = row r's scale.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
-struct PackedQ8 {
+pub struct PackedQ8 {
     w: [__m512i; 8],
     d: __m512,
 }
 
-/// Scratch of [`group16_q8`]: the packed blocks and every token's offset corrections
-/// (`corr[8·nb·j + 8·i + l]`, token j, block i, 4-activation group l).
+/// Where the kernel reads its blocks.
+trait SrcQ8: Copy {
+    /// Block `i` of the 16 rows.
+    unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8;
+}
+
+/// Blocks packed per call ([`pack`]).
+#[derive(Clone, Copy)]
+struct Packed(*const PackedQ8);
+
+impl SrcQ8 for Packed {
+    #[inline(always)]
+    unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8 {
+        // SAFETY: the caller packed at least i + 1 blocks.
+        unsafe { *self.0.add(i) }
+    }
+}
+
+/// A 16-row group in the `rows16` layout (its block 0).
+#[derive(Clone, Copy)]
+struct Pre(*const u8);
+
+impl SrcQ8 for Pre {
+    #[inline(always)]
+    unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8 {
+        // SAFETY (whole body): a whole rows16 block of 16 rows at p (the caller's contract).
+        unsafe {
+            let p = self.0.add(i * 16 * block_bytes(F));
+            let v = |k: usize| _mm512_loadu_si512(p.add(64 * k) as *const _);
+            if F == Q8_0 {
+                let w = std::array::from_fn(|k| _mm512_xor_si512(v(k), _mm512_set1_epi8(-128)));
+                return PackedQ8 { w, d: _mm512_cvtph_ps(_mm256_loadu_si256(p.add(512) as *const __m256i)) };
+            }
+            let m4 = _mm512_set1_epi8(0x0f);
+            let code = |k: usize| {
+                let q = v(k % 4);
+                let c = if k < 4 { q } else { _mm512_srli_epi16::<4>(q) };
+                let c = _mm512_and_si512(c, m4);
+                match F {
+                    Q4_0 => _mm512_add_epi8(c, _mm512_set1_epi8(120)),
+                    IQ4NL => _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i)), c),
+                    _ => _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128(MXFP4_U8.as_ptr() as *const __m128i)), c),
+                }
+            };
+            let d = if F == MXFP4 {
+                // e8m0_to_f32_half on 16 lanes: e < 2 → 0x200000 << e, else (e − 1) << 23
+                let e = _mm512_cvtepu8_epi32(_mm_loadu_si128(p.add(256) as *const __m128i));
+                let small = _mm512_cmplt_epu32_mask(e, _mm512_set1_epi32(2));
+                let big = _mm512_slli_epi32::<23>(_mm512_sub_epi32(e, _mm512_set1_epi32(1)));
+                let sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x0020_0000), e);
+                _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, big, sub))
+            } else {
+                _mm512_cvtph_ps(_mm256_loadu_si256(p.add(256) as *const __m256i))
+            };
+            PackedQ8 { w: std::array::from_fn(code), d }
+        }
+    }
+}
+
+/// `nb` blocks of rows `0..nr` (row `nr − 1` again past it) of plain weights `w` (stride
+/// `ws`) into `pks`.
+#[inline(always)]
+unsafe fn pack<const F: u8>(nb: usize, nr: usize, w: *const u8, ws: usize, pks: &mut Vec<PackedQ8>) {
+    // SAFETY: an all-zero bit pattern is a valid PackedQ8.
+    pks.resize(nb, unsafe { std::mem::zeroed() });
+    let bb = block_bytes(F);
+    // SAFETY (whole body): nr rows of nb blocks at w (the caller's contract).
+    unsafe {
+        let flip = _mm256_set1_epi8(-128);
+        for (i, pk) in pks.iter_mut().enumerate() {
+            let z = std::array::from_fn(|r| {
+                let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
+                let qa = ints::<F>(w.add(ra * ws + i * bb));
+                let qb = ints::<F>(w.add(rb * ws + i * bb));
+                join(_mm256_xor_si256(qa, flip), _mm256_xor_si256(qb, flip))
+            });
+            let d: [f32; 16] = std::array::from_fn(|r| dw::<F>(w.add(r.min(nr - 1) * ws + i * bb)));
+            *pk = PackedQ8 { w: transpose16x8(z), d: _mm512_loadu_ps(d.as_ptr()) };
+        }
+    }
+}
+
+/// Per call: every token's per-block offset corrections, `corr[nb·j + i]` = `−128 · Σ`
+/// the 32 activations of block i of token j (removes the weights' +128), their scales
+/// `da[nb·j + i]` as f32, and the packed blocks of the plain path.
 #[derive(Default)]
 pub struct ScratchQ8 {
     pks: Vec<PackedQ8>,
     corr: Vec<i32>,
+    da: Vec<f32>,
 }
 
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
-/// `a + j·astride`) into `sc`: `−128 · (sum of each 4 activations)`, which removes the
-/// +128 of the u8 weights. Computed once per call of the row-group loop, shared by
-/// every 16-row group.
+/// `a + j·astride`) into `sc`, once per call (every 16-row group reads them).
 ///
 /// # Safety
 /// AVX2 + AVX-512 VL/VNNI available; `m` activation rows of `nb` blocks at `a`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8) {
-    sc.corr.resize(8 * nb * m, 0);
-    // SAFETY (whole body): the caller's contract; corr holds 8·nb·m i32.
+    sc.corr.resize(nb * m, 0);
+    sc.da.resize(nb * m, 0.0);
+    // SAFETY (whole body): the caller's contract; corr and da hold nb·m values.
     unsafe {
         let ones = _mm256_set1_epi8(1);
         for j in 0..m {
             let y0 = a.add(j * astride);
-            let c0 = sc.corr.as_mut_ptr().add(8 * nb * j);
             for i in 0..nb {
                 let q = _mm256_loadu_si256(y0.add(i * Q8_0_BYTES + 2) as *const __m256i);
-                let s4 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
-                let c = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<7>(s4));
-                _mm256_storeu_si256(c0.add(8 * i) as *mut __m256i, c);
+                let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+                let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+                let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+                let s = _mm_add_epi32(s, _mm_shuffle_epi32::<1>(s));
+                sc.corr[nb * j + i] = -128 * _mm_cvtsi128_si32(s);
+                sc.da[nb * j + i] = f16(y0.add(i * Q8_0_BYTES));
             }
         }
     }
 }
 
-/// Rows `0..nr` (1 ≤ nr ≤ 16) of `kind` weights `w` (stride `ws`, `nb` blocks each)
-/// against `m` Q8_0 activation rows at `a + j·astride`: `out[r·ostride + j]`.
+/// Tokens a kernel pass takes (its float accumulators stay in registers).
+const TOKENS: usize = 8;
+
+/// 16 rows (`nr` stored) from `src` against `M` tokens at `a + j·astride` (corrections
+/// `corr + nb·j`): `out[r·ostride + j]`; `pf` (pointer, bytes) prefetched meanwhile, a
+/// share per block.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
+    nb: usize,
+    src: S,
+    a: *const u8,
+    astride: usize,
+    corr: *const i32,
+    da: *const f32,
+    nr: usize,
+    out: &mut [f32],
+    ostride: usize,
+    pf: Option<(*const u8, usize)>,
+) {
+    let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
+    let per_block = pf_len.div_ceil(nb).next_multiple_of(64);
+    let mut acc = [_mm512_setzero_ps(); M];
+    // SAFETY (whole body): the caller's contract; a prefetch never faults.
+    unsafe {
+        for i in 0..nb {
+            let mut off = i * per_block;
+            while off < ((i + 1) * per_block).min(pf_len) {
+                _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
+                off += 64;
+            }
+            let b = src.block::<F>(i);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let y = a.add(j * astride + i * Q8_0_BYTES);
+                // two chains of 4 (integer sums: their order is free)
+                let mut s0 = _mm512_set1_epi32(*corr.add(nb * j + i));
+                let mut s1 = _mm512_setzero_si512();
+                for l in 0..4 {
+                    s0 = _mm512_dpbusd_epi32(s0, b.w[l], bcast4(y.add(2 + 4 * l)));
+                    s1 = _mm512_dpbusd_epi32(s1, b.w[4 + l], bcast4(y.add(18 + 4 * l)));
+                }
+                let sumi = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(sumi, _mm512_mul_ps(b.d, _mm512_set1_ps(*da.add(nb * j + i)))));
+            }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            store_rows(*v, nr, out, ostride, j);
+        }
+    }
+}
+
+/// Tokens from which whole 16-token tiles go through AMX ([`run_amx`]).
+const AMX_MIN_TOKENS: usize = 16;
+
+/// [`run`] for 16 tokens through AMX tiles: per block, one tile product gives the 16
+/// tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
+/// vectors: `w[l]` is row l of a 32-byte B tile), then the same float step as `run`.
+/// The next block's product (the other tile pair) is issued before this one's scaling.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_amx<const F: u8, S: SrcQ8>(
+    nb: usize,
+    src: S,
+    a: *const u8,
+    astride: usize,
+    corr: *const i32,
+    da: *const f32,
+    nr: usize,
+    out: &mut [f32],
+    ostride: usize,
+    pf: Option<(*const u8, usize)>,
+) {
+    use super::x86_amx::tile_product;
+    let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
+    let per_block = pf_len.div_ceil(nb).next_multiple_of(64);
+    let mut acc = [_mm512_setzero_ps(); 16];
+    // SAFETY: an all-zero bit pattern is a valid PackedQ8 and [i32; 256].
+    let (mut b, mut c): ([PackedQ8; 2], [[i32; 256]; 2]) = unsafe { std::mem::zeroed() };
+    // SAFETY (whole body): the caller's contract (tiles configured for 32-byte blocks, 16
+    // tokens at a); a prefetch never faults.
+    unsafe {
+        b[0] = src.block::<F>(0);
+        tile_product::<0>(a.add(2), astride, b[0].w.as_ptr(), &mut c[0]);
+        for i in 0..nb {
+            let mut off = i * per_block;
+            while off < ((i + 1) * per_block).min(pf_len) {
+                _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
+                off += 64;
+            }
+            let d = b[i % 2].d;
+            if i + 1 < nb {
+                let (k, y) = ((i + 1) % 2, a.add((i + 1) * Q8_0_BYTES + 2));
+                b[k] = src.block::<F>(i + 1);
+                if k == 0 {
+                    tile_product::<0>(y, astride, b[0].w.as_ptr(), &mut c[0]);
+                } else {
+                    tile_product::<1>(y, astride, b[1].w.as_ptr(), &mut c[1]);
+                }
+            }
+            let ci = &c[i % 2];
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let s = _mm512_add_epi32(_mm512_loadu_si512(ci[16 * j..].as_ptr() as *const _), _mm512_set1_epi32(*corr.add(nb * j + i)));
+                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(*da.add(nb * j + i)))));
+            }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            store_rows(*v, nr, out, ostride, j);
+        }
+    }
+}
+
+/// [`run`] over all `m` tokens, `TOKENS` at a time (whole 16-token tiles through AMX
+/// where the CPU has it); the prefetch during the first pass.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn tokens<const F: u8, S: SrcQ8>(
+    nb: usize,
+    src: S,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    sc: (&[i32], &[f32]),
+    nr: usize,
+    out: &mut [f32],
+    ostride: usize,
+    next: Option<(*const u8, usize)>,
+) {
+    let (corr, da) = sc;
+    debug_assert!(corr.len() >= nb * m && da.len() >= nb * m, "corrections() not run for these tokens");
+    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(16);
+    let tiles = if m >= from && super::x86_amx::has_amx() { m / 16 } else { 0 };
+    if tiles > 0 {
+        // SAFETY: AMX usable (has_amx).
+        unsafe { super::x86_amx::configure(32) };
+    }
+    for t in (0..tiles * 16).step_by(16) {
+        let pf = if t == 0 { next } else { None };
+        // SAFETY: the caller's contract, for tokens t..t + 16.
+        unsafe { run_amx::<F, S>(nb, src, a.wrapping_add(t * astride), astride, corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), nr, &mut out[t..], ostride, pf) };
+    }
+    for t in (tiles * 16..m).step_by(TOKENS) {
+        let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), &mut out[t..], if t == 0 { next } else { None });
+        macro_rules! go {
+            ($m:literal) => {
+                // SAFETY: the caller's contract, for tokens t..t + $m.
+                unsafe { run::<F, $m, S>(nb, src, a, astride, c, d, nr, o, ostride, pf) }
+            };
+        }
+        match m - t {
+            1 => go!(1),
+            2 => go!(2),
+            3 => go!(3),
+            4 => go!(4),
+            5 => go!(5),
+            6 => go!(6),
+            7 => go!(7),
+            _ => go!(8),
+        }
+    }
+}
+
+/// Rows `0..nr` (1 ≤ nr ≤ 16) of plain `kind` weights `w` (stride `ws`, `nb` blocks
+/// each) against `m` Q8_0 activation rows at `a + j·astride`: `out[r·ostride + j]`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
@@ -147,101 +392,93 @@ pub unsafe fn group16_q8(
     sc: &mut ScratchQ8,
     next: Option<(*const u8, usize)>,
 ) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        match kind {
-            Q4_0 => run::<Q4_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            IQ4NL => run::<IQ4NL>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            MXFP4 => run::<MXFP4>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            _ => run::<Q8_0>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+    macro_rules! go {
+        ($f:expr) => {
+            // SAFETY: the caller's contract; `pack` fills nb blocks.
+            unsafe {
+                pack::<{ $f }>(nb, nr, w, ws, &mut sc.pks);
+                tokens::<{ $f }, Packed>(nb, Packed(sc.pks.as_ptr()), a, astride, m, (&sc.corr, &sc.da), nr, out, ostride, next)
+            }
+        };
+    }
+    match kind {
+        Q4_0 => go!(Q4_0),
+        IQ4NL => go!(IQ4NL),
+        MXFP4 => go!(MXFP4),
+        _ => go!(Q8_0),
+    }
+}
+
+/// `rows` (a multiple of 16) rows of `nb` blocks of `kind` at `src` into the `rows16`
+/// layout at `dst` (the same length).
+///
+/// # Safety
+/// AVX-512 F/BW/VL available; `src` and `dst` hold `rows · nb · block_bytes(kind)` bytes.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+pub(crate) unsafe fn repack(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
+    let bb = block_bytes(kind);
+    let (ws, qs, hdr) = (nb * bb, if kind == MXFP4 { 1 } else { 2 }, if kind == Q8_0 { 512 } else { 256 });
+    let mut o = 0;
+    for g in (0..rows).step_by(16) {
+        for i in 0..nb {
+            // SAFETY (this block): 16 rows of nb blocks at group g (the caller's contract);
+            // every store stays inside this block's 16·bb bytes of dst.
+            unsafe {
+                let row = |r: usize| src.as_ptr().add((g + r) * ws + i * bb);
+                let out = dst.as_mut_ptr().add(o);
+                let z: [__m512i; 8] = std::array::from_fn(|r| {
+                    let (a, b) = if kind == Q8_0 {
+                        let q = |r: usize| _mm256_loadu_si256(row(r).add(2) as *const __m256i);
+                        (q(r), q(r + 8))
+                    } else {
+                        let q = |r: usize| _mm256_zextsi128_si256(_mm_loadu_si128(row(r).add(qs) as *const __m128i));
+                        (q(r), q(r + 8))
+                    };
+                    join(a, b)
+                });
+                let t = transpose16x8(z);
+                for (k, v) in t.iter().enumerate().take(if kind == Q8_0 { 8 } else { 4 }) {
+                    _mm512_storeu_si512(out.add(64 * k) as *mut _, *v);
+                }
+                let sb = if kind == MXFP4 { 1 } else { 2 };
+                for r in 0..16 {
+                    std::ptr::copy_nonoverlapping(row(r), out.add(hdr + sb * r), sb);
+                }
+            }
+            o += 16 * bb;
         }
     }
 }
 
+/// `out[r·ostride + j]` = row r of `w` (`rows` rows of `n` elements of `kind` in the
+/// `rows16` layout) · token j (`m` Q8_0 rows `astride` apart at `a`): bitwise `vec_dot`.
+///
+/// # Safety
+/// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` (a multiple of 16) rows, `a` `m`
+/// tokens, `out` `(rows − 1)·ostride + m` floats (checked by `quant::rows16::vec_dot_block`).
 #[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn run<const F: u8>(
-    nb: usize,
-    nr: usize,
-    w: *const u8,
-    ws: usize,
-    a: *const u8,
-    astride: usize,
-    m: usize,
-    out: &mut [f32],
-    ostride: usize,
-    sc: &mut ScratchQ8,
-    next: Option<(*const u8, usize)>,
-) {
-    // SAFETY: an all-zero bit pattern is a valid PackedQ8.
-    let zero: PackedQ8 = unsafe { std::mem::zeroed() };
-    sc.pks.resize(nb, zero);
-    debug_assert!(sc.corr.len() >= 8 * nb * m, "corrections() not run for these tokens");
-    // SAFETY (whole body): the caller's contract; no closures (they would not inherit
-    // the target features).
-    unsafe {
-        let flip = _mm256_set1_epi8(-128);
-        for (i, pk) in sc.pks.iter_mut().enumerate() {
-            let mut z = [_mm512_setzero_si512(); 8];
-            for (r, zr) in z.iter_mut().enumerate() {
-                let (ra, rb) = (r.min(nr - 1), (r + 8).min(nr - 1));
-                let bb = block_bytes(F);
-                let qa = ints::<F>(w.add(ra * ws + i * bb));
-                let qb = ints::<F>(w.add(rb * ws + i * bb));
-                *zr = join(_mm256_xor_si256(qa, flip), _mm256_xor_si256(qb, flip));
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+    let nb = n / 32;
+    let rb = nb * block_bytes(kind);
+    super::x86_block::PACKED_Q8.with(|sc| {
+        let sc = &mut *sc.borrow_mut();
+        // SAFETY: m activation rows of nb blocks (the caller's contract).
+        unsafe { corrections(nb, a.as_ptr(), astride, m, sc) };
+        super::x86_rows16::groups(w, rows, rb, |g, next| {
+            let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], (&sc.corr[..], &sc.da[..]));
+            macro_rules! go {
+                ($f:expr) => {
+                    // SAFETY: 16 rows of nb blocks at src, m tokens (the caller's contract).
+                    unsafe { tokens::<{ $f }, Pre>(nb, src, a.as_ptr(), astride, m, c, 16, o, ostride, next) }
+                };
             }
-            pk.w = transpose16x8(z);
-            let mut d = [0f32; 16];
-            for (r, dr) in d.iter_mut().enumerate() {
-                *dr = dw::<F>(w.add(r.min(nr - 1) * ws + i * block_bytes(F)));
+            match kind {
+                Q4_0 => go!(Q4_0),
+                IQ4NL => go!(IQ4NL),
+                MXFP4 => go!(MXFP4),
+                _ => go!(Q8_0),
             }
-            pk.d = _mm512_loadu_ps(d.as_ptr());
-        }
-        for j in 0..m {
-            let y0 = a.add(j * astride);
-            // even / odd blocks' accumulators as two named arrays (a runtime parity index
-            // kept them on the stack: a store-forwarding chain per block)
-            let (mut ev, mut od) = ([_mm512_setzero_ps(); 8], [_mm512_setzero_ps(); 8]);
-            let pks = sc.pks.as_ptr();
-            let corr = sc.corr.as_ptr().add(8 * nb * j);
-            // the next rows (`next`: pointer, bytes) are prefetched during the first token,
-            // a share per block pair, so the loads stay in flight without a burst
-            let (pf_at, pf_len) = if j == 0 { next.unwrap_or((core::ptr::null(), 0)) } else { (core::ptr::null(), 0) };
-            let per_pair = pf_len.div_ceil(nb.div_ceil(2)).next_multiple_of(64);
-            let mut i = 0;
-            while i + 1 < nb {
-                let mut off = (i / 2) * per_pair;
-                while off < ((i / 2 + 1) * per_pair).min(pf_len) {
-                    // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-                    _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
-                    off += 64;
-                }
-                block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
-                block_step(&*pks.add(i + 1), corr.add(8 * i + 8), y0.add((i + 1) * Q8_0_BYTES), &mut od);
-                i += 2;
-            }
-            if i < nb {
-                block_step(&*pks.add(i), corr.add(8 * i), y0.add(i * Q8_0_BYTES), &mut ev);
-            }
-            // the tile kernel's final sum: parities added, then hsum_ps's tree over lanes
-            let s: [__m512; 8] = [
-                _mm512_add_ps(ev[0], od[0]),
-                _mm512_add_ps(ev[1], od[1]),
-                _mm512_add_ps(ev[2], od[2]),
-                _mm512_add_ps(ev[3], od[3]),
-                _mm512_add_ps(ev[4], od[4]),
-                _mm512_add_ps(ev[5], od[5]),
-                _mm512_add_ps(ev[6], od[6]),
-                _mm512_add_ps(ev[7], od[7]),
-            ];
-            let t = [
-                _mm512_add_ps(s[0], s[4]),
-                _mm512_add_ps(s[1], s[5]),
-                _mm512_add_ps(s[2], s[6]),
-                _mm512_add_ps(s[3], s[7]),
-            ];
-            let res = _mm512_add_ps(_mm512_add_ps(t[0], t[2]), _mm512_add_ps(t[1], t[3]));
-            super::x86_pack16::store_rows(res, nr, out, ostride, j);
-        }
-    }
+        });
+    });
 }

@@ -180,7 +180,12 @@ unsafe fn repack<const F: u8>(src: &[u8], dst: &mut [u8], rows: usize, nb: usize
 
 /// The `rows16` kind of a weight format (`x86_pack16`'s `F`), if it has the layout.
 pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
+    use super::x86_pack_q8 as q8;
     match ty {
+        crate::GgmlType::Q8_0 => Some(q8::Q8_0),
+        crate::GgmlType::Q4_0 => Some(q8::Q4_0),
+        crate::GgmlType::IQ4NL => Some(q8::IQ4NL),
+        crate::GgmlType::MXFP4 => Some(q8::MXFP4),
         crate::GgmlType::Q4K => Some(Q4K),
         crate::GgmlType::Q5K => Some(Q5K),
         crate::GgmlType::Q6K => Some(Q6K),
@@ -189,12 +194,19 @@ pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
     }
 }
 
-/// `src` (rows of `nb` super-blocks of `kind`, a multiple of 16 rows) into `dst` in the
+/// Whether `kind` is one of the Q8_0-activation formats (`x86_pack_q8`).
+fn q8_family(kind: u8) -> bool {
+    use super::x86_pack_q8 as q8;
+    matches!(kind, q8::Q8_0 | q8::Q4_0 | q8::IQ4NL | q8::MXFP4)
+}
+
+/// `src` (rows of `nb` blocks of `kind`, a multiple of 16 rows) into `dst` in the
 /// `rows16` layout. The caller checked AVX-512 VNNI and the lengths.
 pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
     // SAFETY: AVX-512 checked by the caller (`rows16::available`), lengths too.
     unsafe {
         match kind {
+            k if q8_family(k) => super::x86_pack_q8::repack(k, src, dst, rows, nb),
             IQ4XS => repack::<IQ4XS>(src, dst, rows, nb),
             Q6K => repack::<Q6K>(src, dst, rows, nb),
             Q5K => repack::<Q5K>(src, dst, rows, nb),
@@ -217,9 +229,13 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
     use super::x86_block::{padded_tail, takes_amx, AMX, PACKED16, SCALES16};
     use super::{x86_amx, x86_fused16, x86_pack16};
+    if q8_family(kind) {
+        // SAFETY: the caller's contract.
+        return unsafe { super::x86_pack_q8::block(kind, n, w, rows, a, astride, m, out, ostride) };
+    }
     let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
     let ap = a.as_ptr();
-    let fused = m <= x86_fused16::MAX_FUSED;
+    let fused = m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, FUSED_UPTO);
     let amx = !fused && takes_amx(kind, m, n, astride);
     // (every path's scratch borrowed once per call, whichever runs)
     SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| {
@@ -235,11 +251,15 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                     // contract); AMX usable when `amx` (takes_amx), its tail padded to 16.
                     unsafe {
                         if fused {
-                            match m {
-                                1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
-                                2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
-                                3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
-                                _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                            // MAX_FUSED tokens at a time: the group's bytes stay in cache
+                            for t in (0..m).step_by(x86_fused16::MAX_FUSED) {
+                                let (ap, o, next) = (ap.add(t * astride), &mut o[t..], if t == 0 { next } else { None });
+                                match m - t {
+                                    1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                    2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                    3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                    _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, ostride, pk, next),
+                                }
                             }
                         } else if amx {
                             x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, ostride, &mut am.0, next)
@@ -259,12 +279,16 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     })));
 }
 
+/// Tokens up to which a block runs the fused kernel (`MAX_FUSED` tokens a pass over the
+/// group) rather than decoding its super-blocks once for all the tokens.
+const FUSED_UPTO: usize = super::x86_fused16::MAX_FUSED;
+
 /// `f(g, next)` for each 16-row group `g` of the `rows` rows of `w` (`rb` bytes a row),
 /// `next` the following group's bytes to prefetch meanwhile: past the last row too, where
 /// `w` goes on (the rest of the tensor: a decode step's matmul runs 16 rows a task, and
 /// the next task's rows are what the stream needs next).
 #[inline(always)]
-fn groups(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*const u8, usize)>)) {
+pub(super) fn groups(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*const u8, usize)>)) {
     for g in (0..rows).step_by(16) {
         let start = (g + 16) * rb;
         let next = (start < w.len()).then(|| (w[start..].as_ptr(), (16 * rb).min(w.len() - start)));

@@ -16,7 +16,6 @@ use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use super::legacy::Q4_0_BYTES;
 use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::{Q8_0_BYTES, Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
-use super::x86::hsum_ps;
 use std::arch::x86_64::*;
 
 /// Largest tile.
@@ -437,9 +436,11 @@ pub unsafe fn tile_iq4_xs<K: Mac, const M: usize>(
 }
 
 /// Shared loop of the 32-element formats paired with Q8_0: `ints(block)` gives the 32
-/// signed weight integers, `dw(block)` the weight's float scale (the float factor of a
-/// block is `dw · d_act`, as in the scalar kernels). Two 8-lane float accumulators per
-/// token (even / odd blocks), reduced at the end.
+/// signed weight integers, `dw(block)` the weight's float scale. Contract (every Q8_0-
+/// family kernel, and the scalar `dot_*`): per block the exact integer `sumi` of the 32
+/// products, then `sumf += sumi as f32 · (dw · d_a)` in block order, from 0. The integer
+/// is order-free and the float steps are one per block, so the 16-row kernels
+/// (`x86_pack_q8`, lanes = rows) reproduce it bitwise without per-lane float work.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_32<K: Mac, const M: usize>(
@@ -452,7 +453,7 @@ unsafe fn tile_32<K: Mac, const M: usize>(
     ints: impl Fn(*const u8) -> __m256i,
     dw: impl Fn(*const u8) -> f32,
 ) {
-    let mut acc = [[_mm256_setzero_ps(); 2]; M];
+    let mut sumf = [0f32; M];
     for i in 0..nb {
         // SAFETY: block i of the weights is `wbytes` at x (`ints`/`dw` read inside it);
         // activation block i of token j is 34 bytes at y (d @0, qs 32 B @2).
@@ -461,19 +462,18 @@ unsafe fn tile_32<K: Mac, const M: usize>(
             let q = ints(x);
             let aq = _mm256_sign_epi8(q, q);
             let d = dw(x);
-            for (j, c) in acc.iter_mut().enumerate() {
+            let mut sumi = [_mm256_setzero_si256(); M];
+            for (j, si) in sumi.iter_mut().enumerate() {
                 let y = a.add(j * stride + i * Q8_0_BYTES);
-                let sy = _mm256_sign_epi8(ld(y.add(2)), q);
-                let p = _mm256_cvtepi32_ps(K::dot4(aq, sy));
-                let dv = _mm256_set1_ps(d * f16(y));
-                c[i & 1] = _mm256_fmadd_ps(dv, p, c[i & 1]);
+                *si = K::dot4(aq, _mm256_sign_epi8(ld(y.add(2)), q));
+            }
+            let is = hsums(&sumi);
+            for (j, sf) in sumf.iter_mut().enumerate() {
+                *sf += is[j] as f32 * (d * f16(a.add(j * stride + i * Q8_0_BYTES)));
             }
         }
     }
-    for j in 0..M {
-        // SAFETY: AVX enabled in every caller.
-        out[j] = unsafe { hsum_ps(_mm256_add_ps(acc[j][0], acc[j][1])) };
-    }
+    *out = sumf;
 }
 
 #[inline(always)]
