@@ -129,6 +129,43 @@ pub(super) unsafe fn tile_product<const P: usize>(a: *const u8, astride: usize, 
     }
 }
 
+/// The tile product of [`tile_product`] into tile pair `P`'s C, left in the tile
+/// (`tile_store` writes it out): `SIGNED` B bytes (`tdpbssd`) or unsigned (`tdpbsud`).
+#[inline(always)]
+pub(super) unsafe fn tile_issue<const P: usize, const SIGNED: bool>(a: *const u8, astride: usize, b: *const u8) {
+    // SAFETY: as `tile_product` (minus the store).
+    unsafe {
+        if SIGNED {
+            asm!(
+                "tilezero tmm{p}",
+                "tileloadd tmm{pa}, [{a} + {s}*1]",
+                "tileloadd tmm{pb}, [{b} + {bs}*1]",
+                "tdpbssd tmm{p}, tmm{pa}, tmm{pb}",
+                p = const P, pa = const 2 + P, pb = const 4 + P,
+                a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize,
+                options(nostack, readonly),
+            );
+        } else {
+            asm!(
+                "tilezero tmm{p}",
+                "tileloadd tmm{pa}, [{a} + {s}*1]",
+                "tileloadd tmm{pb}, [{b} + {bs}*1]",
+                "tdpbsud tmm{p}, tmm{pa}, tmm{pb}",
+                p = const P, pa = const 2 + P, pb = const 4 + P,
+                a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize,
+                options(nostack, readonly),
+            );
+        }
+    }
+}
+
+/// Tile pair `P`'s C (16 × 16 i32) into `c`.
+#[inline(always)]
+pub(super) unsafe fn tile_store<const P: usize>(c: *mut [i32; 256]) {
+    // SAFETY: 1 KB writable at c; the tiles configured (the caller).
+    unsafe { asm!("tilestored [{c} + {bs}*1], tmm{p}", p = const P, c = in(reg) c, bs = in(reg) 64usize, options(nostack)) };
+}
+
 /// `isum[j] += C[j] · sc` (lane r = row r): `dot16`'s scale step for 16 tokens.
 #[inline(always)]
 unsafe fn scale_add(c: &[i32; 256], sc: __m512i, isum: &mut [__m512i; 16]) {

@@ -92,6 +92,16 @@ pub struct PackedQ8 {
 trait SrcQ8: Copy {
     /// Block `i` of the 16 rows.
     unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8;
+    /// Block `i`'s 16 signed weight vectors as they lie in memory (an AMX B tile), where
+    /// the source has them (Q8_0 in the `rows16` layout).
+    fn signed_b<const F: u8>(self, _i: usize) -> Option<*const u8> {
+        None
+    }
+    /// Block `i`'s scales (`block(i).d`).
+    unsafe fn d<const F: u8>(self, i: usize) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe { self.block::<F>(i).d }
+    }
 }
 
 /// Blocks packed per call ([`pack`]).
@@ -111,6 +121,19 @@ impl SrcQ8 for Packed {
 struct Pre(*const u8);
 
 impl SrcQ8 for Pre {
+    #[inline(always)]
+    fn signed_b<const F: u8>(self, i: usize) -> Option<*const u8> {
+        (F == Q8_0).then(|| self.0.wrapping_add(i * 16 * block_bytes(F)))
+    }
+    #[inline(always)]
+    unsafe fn d<const F: u8>(self, i: usize) -> __m512 {
+        if F == Q8_0 {
+            // SAFETY: a whole rows16 Q8_0 block at p (the caller's contract): d after 512 bytes.
+            return unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(self.0.add(i * 16 * block_bytes(F) + 512) as *const __m256i)) };
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.block::<F>(i).d }
+    }
     #[inline(always)]
     unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8 {
         // SAFETY (whole body): a whole rows16 block of 16 rows at p (the caller's contract).
@@ -178,6 +201,27 @@ pub struct ScratchQ8 {
     pks: Vec<PackedQ8>,
     corr: Vec<i32>,
     da: Vec<f32>,
+    /// The AMX path's A tiles: token tile t, block i at `512·(nb·t + i)`, its 16 tokens'
+    /// 32 activation bytes in a row (one contiguous tile load instead of 16 strided rows).
+    tiles: Vec<u8>,
+}
+
+/// The per-call values the kernels read ([`ScratchQ8`] minus the packed blocks).
+#[derive(Clone, Copy)]
+struct Prep<'a> {
+    corr: &'a [i32],
+    da: &'a [f32],
+    tiles: &'a [u8],
+}
+
+/// Whole 16-token tiles of `m` tokens that go through AMX.
+fn amx_tiles(m: usize) -> usize {
+    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(16);
+    if m >= from && super::x86_amx::has_amx() {
+        m / 16
+    } else {
+        0
+    }
 }
 
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
@@ -202,6 +246,17 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
                 let s = _mm_add_epi32(s, _mm_shuffle_epi32::<1>(s));
                 sc.corr[nb * j + i] = -128 * _mm_cvtsi128_si32(s);
                 sc.da[nb * j + i] = f16(y0.add(i * Q8_0_BYTES));
+            }
+        }
+        let tiles = amx_tiles(m);
+        sc.tiles.resize(tiles * nb * 512, 0);
+        for t in 0..tiles {
+            for i in 0..nb {
+                let dst = sc.tiles.as_mut_ptr().add(512 * (nb * t + i));
+                for r in 0..16 {
+                    let q = _mm256_loadu_si256(a.add((16 * t + r) * astride + i * Q8_0_BYTES + 2) as *const __m256i);
+                    _mm256_storeu_si256(dst.add(32 * r) as *mut __m256i, q);
+                }
             }
         }
     }
@@ -264,14 +319,13 @@ const AMX_MIN_TOKENS: usize = 16;
 /// [`run`] for 16 tokens through AMX tiles: per block, one tile product gives the 16
 /// tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
 /// vectors: `w[l]` is row l of a 32-byte B tile), then the same float step as `run`.
-/// The next block's product (the other tile pair) is issued before this one's scaling.
+/// Each block's product runs during the previous block's scaling.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn run_amx<const F: u8, S: SrcQ8>(
     nb: usize,
     src: S,
-    a: *const u8,
-    astride: usize,
+    at: *const u8,
     corr: *const i32,
     da: *const f32,
     nr: usize,
@@ -279,37 +333,69 @@ unsafe fn run_amx<const F: u8, S: SrcQ8>(
     ostride: usize,
     pf: Option<(*const u8, usize)>,
 ) {
-    use super::x86_amx::tile_product;
+    use super::x86_amx::{tile_issue, tile_store};
     let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
     let per_block = pf_len.div_ceil(nb).next_multiple_of(64);
+    // signed weights straight from memory: no +128, so no corrections
+    let direct = src.signed_b::<F>(0).is_some();
     let mut acc = [_mm512_setzero_ps(); 16];
     // SAFETY: an all-zero bit pattern is a valid PackedQ8 and [i32; 256].
     let (mut b, mut c): ([PackedQ8; 2], [[i32; 256]; 2]) = unsafe { std::mem::zeroed() };
+    // block i's product on tile pair i % 2 (B from memory, or packed into b[i % 2]);
+    // stored into c[i % 2] only after the previous block's scaling ran meanwhile
+    macro_rules! issue {
+        ($i:expr) => {{
+            let (i, astride) = ($i, 32);
+            let y = at.add(512 * i);
+            match (src.signed_b::<F>(i), i % 2) {
+                (Some(bp), 0) => tile_issue::<0, true>(y, astride, bp),
+                (Some(bp), _) => tile_issue::<1, true>(y, astride, bp),
+                (None, k) => {
+                    b[k] = src.block::<F>(i);
+                    let bp = b[k].w.as_ptr() as *const u8;
+                    if k == 0 {
+                        tile_issue::<0, false>(y, astride, bp);
+                    } else {
+                        tile_issue::<1, false>(y, astride, bp);
+                    }
+                }
+            }
+        }};
+    }
+    macro_rules! store {
+        ($i:expr) => {{
+            if $i % 2 == 0 {
+                tile_store::<0>(&mut c[0]);
+            } else {
+                tile_store::<1>(&mut c[1]);
+            }
+        }};
+    }
     // SAFETY (whole body): the caller's contract (tiles configured for 32-byte blocks, 16
-    // tokens at a); a prefetch never faults.
+    // tokens' A tiles at `at`); a prefetch never faults.
     unsafe {
-        b[0] = src.block::<F>(0);
-        tile_product::<0>(a.add(2), astride, b[0].w.as_ptr(), &mut c[0]);
+        issue!(0);
+        store!(0);
         for i in 0..nb {
             let mut off = i * per_block;
             while off < ((i + 1) * per_block).min(pf_len) {
                 _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
                 off += 64;
             }
-            let d = b[i % 2].d;
+            let d = if direct { src.d::<F>(i) } else { b[i % 2].d };
             if i + 1 < nb {
-                let (k, y) = ((i + 1) % 2, a.add((i + 1) * Q8_0_BYTES + 2));
-                b[k] = src.block::<F>(i + 1);
-                if k == 0 {
-                    tile_product::<0>(y, astride, b[0].w.as_ptr(), &mut c[0]);
-                } else {
-                    tile_product::<1>(y, astride, b[1].w.as_ptr(), &mut c[1]);
-                }
+                issue!(i + 1);
             }
             let ci = &c[i % 2];
             for (j, acc) in acc.iter_mut().enumerate() {
-                let s = _mm512_add_epi32(_mm512_loadu_si512(ci[16 * j..].as_ptr() as *const _), _mm512_set1_epi32(*corr.add(nb * j + i)));
+                let mut s = _mm512_loadu_si512(ci[16 * j..].as_ptr() as *const _);
+                if !direct {
+                    s = _mm512_add_epi32(s, _mm512_set1_epi32(*corr.add(nb * j + i)));
+                }
                 *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(*da.add(nb * j + i)))));
+            }
+            if i + 1 < nb {
+                store!(i + 1);
             }
         }
         for (j, v) in acc.iter().enumerate() {
@@ -328,16 +414,15 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     a: *const u8,
     astride: usize,
     m: usize,
-    sc: (&[i32], &[f32]),
+    sc: Prep<'_>,
     nr: usize,
     out: &mut [f32],
     ostride: usize,
     next: Option<(*const u8, usize)>,
 ) {
-    let (corr, da) = sc;
-    debug_assert!(corr.len() >= nb * m && da.len() >= nb * m, "corrections() not run for these tokens");
-    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(16);
-    let tiles = if m >= from && super::x86_amx::has_amx() { m / 16 } else { 0 };
+    let Prep { corr, da, tiles: at } = sc;
+    let tiles = amx_tiles(m);
+    debug_assert!(corr.len() >= nb * m && da.len() >= nb * m && at.len() >= 512 * nb * tiles, "corrections() not run for these tokens");
     if tiles > 0 {
         // SAFETY: AMX usable (has_amx).
         unsafe { super::x86_amx::configure(32) };
@@ -345,7 +430,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     for t in (0..tiles * 16).step_by(16) {
         let pf = if t == 0 { next } else { None };
         // SAFETY: the caller's contract, for tokens t..t + 16.
-        unsafe { run_amx::<F, S>(nb, src, a.wrapping_add(t * astride), astride, corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), nr, &mut out[t..], ostride, pf) };
+        unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), nr, &mut out[t..], ostride, pf) };
     }
     for t in (tiles * 16..m).step_by(TOKENS) {
         let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), &mut out[t..], if t == 0 { next } else { None });
@@ -397,7 +482,7 @@ pub unsafe fn group16_q8(
             // SAFETY: the caller's contract; `pack` fills nb blocks.
             unsafe {
                 pack::<{ $f }>(nb, nr, w, ws, &mut sc.pks);
-                tokens::<{ $f }, Packed>(nb, Packed(sc.pks.as_ptr()), a, astride, m, (&sc.corr, &sc.da), nr, out, ostride, next)
+                tokens::<{ $f }, Packed>(nb, Packed(sc.pks.as_ptr()), a, astride, m, Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles }, nr, out, ostride, next)
             }
         };
     }
@@ -466,7 +551,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         // SAFETY: m activation rows of nb blocks (the caller's contract).
         unsafe { corrections(nb, a.as_ptr(), astride, m, sc) };
         super::x86_rows16::groups(w, rows, rb, |g, next| {
-            let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], (&sc.corr[..], &sc.da[..]));
+            let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
             macro_rules! go {
                 ($f:expr) => {
                     // SAFETY: 16 rows of nb blocks at src, m tokens (the caller's contract).
