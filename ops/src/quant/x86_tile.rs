@@ -454,9 +454,40 @@ unsafe fn tile_32<K: Mac, const M: usize>(
     dw: impl Fn(*const u8) -> f32,
 ) {
     let mut sumf = [0f32; M];
-    for i in 0..nb {
-        // SAFETY: block i of the weights is `wbytes` at x (`ints`/`dw` read inside it);
-        // activation block i of token j is 34 bytes at y (d @0, qs 32 B @2).
+    // below 4 tokens, 4 blocks at a time (one reduction gives a token's 4 block
+    // integers); the rest one block at a time, one reduction for the tokens' integers.
+    // Plain loops, no closures: those would not inherit the callers' target features.
+    let mut i = 0;
+    if M < 4 {
+        while i + 4 <= nb {
+            let (mut q, mut aq, mut d) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4], [0f32; 4]);
+            // SAFETY (whole block): blocks i..i + 4 of the weights are `wbytes` each at w
+            // (`ints`/`dw` read inside them); activation block i of token j is 34 bytes
+            // at a + j·stride + 34·i (d @0, qs @2).
+            unsafe {
+                for b in 0..4 {
+                    let x = w.add((i + b) * wbytes);
+                    q[b] = ints(x);
+                    aq[b] = _mm256_sign_epi8(q[b], q[b]);
+                    d[b] = dw(x);
+                }
+                for (j, sf) in sumf.iter_mut().enumerate() {
+                    let y = a.add(j * stride + i * Q8_0_BYTES);
+                    let mut v = [_mm256_setzero_si256(); 4];
+                    for b in 0..4 {
+                        v[b] = K::dot4(aq[b], _mm256_sign_epi8(ld(y.add(b * Q8_0_BYTES + 2)), q[b]));
+                    }
+                    let is = hsums(&v);
+                    for b in 0..4 {
+                        *sf += is[b] as f32 * (d[b] * f16(y.add(b * Q8_0_BYTES)));
+                    }
+                }
+            }
+            i += 4;
+        }
+    }
+    while i < nb {
+        // SAFETY: as above, block i.
         unsafe {
             let x = w.add(i * wbytes);
             let q = ints(x);
@@ -464,14 +495,14 @@ unsafe fn tile_32<K: Mac, const M: usize>(
             let d = dw(x);
             let mut sumi = [_mm256_setzero_si256(); M];
             for (j, si) in sumi.iter_mut().enumerate() {
-                let y = a.add(j * stride + i * Q8_0_BYTES);
-                *si = K::dot4(aq, _mm256_sign_epi8(ld(y.add(2)), q));
+                *si = K::dot4(aq, _mm256_sign_epi8(ld(a.add(j * stride + i * Q8_0_BYTES + 2)), q));
             }
             let is = hsums(&sumi);
             for (j, sf) in sumf.iter_mut().enumerate() {
                 *sf += is[j] as f32 * (d * f16(a.add(j * stride + i * Q8_0_BYTES)));
             }
         }
+        i += 1;
     }
     *out = sumf;
 }
