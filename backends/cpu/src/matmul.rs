@@ -120,13 +120,14 @@ pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usi
     with_tmp(|tmp| {
     tmp.clear();
     tmp.resize(n * t, 0.0);
-    let block = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * ROW_BLOCK_BATCH, ys.len() / t, xq, rb, t, ys, t);
+    let rbb = row_block_batch(w.ty);
+    let block = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * rbb, ys.len() / t, xq, rb, t, ys, t);
     if n * t * work < par::SERIAL_WORK || par::outside_pool() {
-        tmp.chunks_mut(ROW_BLOCK_BATCH * t)
+        tmp.chunks_mut(rbb * t)
             .enumerate()
             .for_each(|(b, ys)| block(b, ys));
     } else {
-        tmp.par_chunks_mut(ROW_BLOCK_BATCH * t)
+        tmp.par_chunks_mut(rbb * t)
             .enumerate()
             .for_each(|(b, ys)| block(b, ys));
     }
@@ -146,6 +147,21 @@ pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &
         }
         _ => quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride),
     }
+}
+
+/// Rows a batched matmul task takes: `ROW_BLOCK_BATCH`; the Q8_0-activation formats 256
+/// (their kernels prepare every token's per-block corrections and AMX tiles once a call:
+/// Q8_0 2048×4096 at 32 / 128 tokens 1.74 / 6.18 → 1.49 / 5.44 ms, `moe_bench
+/// matmul_few_tokens`, Xeon 6/207, 2 threads, calls alternated); a benchmark's knob
+/// (`pn_ops::quant::KNOB_ROW_BLOCK_BATCH`) overrides both.
+#[inline]
+fn row_block_batch(ty: GgmlType) -> usize {
+    use GgmlType::*;
+    let rows = if matches!(ty, Q8_0 | Q4_0 | IQ4NL | MXFP4) { 256 } else { ROW_BLOCK_BATCH };
+    #[cfg(target_arch = "x86_64")]
+    return pn_ops::quant::knob(pn_ops::quant::KNOB_ROW_BLOCK_BATCH, rows).max(16) / 16 * 16;
+    #[cfg(not(target_arch = "x86_64"))]
+    rows
 }
 
 /// Whether the `rows16` copies are read (a benchmark's A/B may turn them off:
