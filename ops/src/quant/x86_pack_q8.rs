@@ -214,15 +214,20 @@ struct Prep<'a> {
     tiles: &'a [u8],
 }
 
-/// Whole 16-token tiles of `m` tokens that go through AMX.
+/// The 16-token tiles of `m` tokens that go through AMX: the whole ones, and the last
+/// partial one (zero-padded) when it holds more than `AMX_TAIL` tokens (fewer run on
+/// the VNNI kernel).
 fn amx_tiles(m: usize) -> usize {
-    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(16);
+    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(1);
     if m >= from && super::x86_amx::has_amx() {
-        m / 16
+        m / 16 + usize::from(m % 16 > AMX_TAIL)
     } else {
         0
     }
 }
+
+/// Tokens of a last partial tile left to the VNNI kernel.
+const AMX_TAIL: usize = 4;
 
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
 /// `a + j·astride`) into `sc`, once per call (every 16-row group reads them).
@@ -231,9 +236,14 @@ fn amx_tiles(m: usize) -> usize {
 /// AVX2 + AVX-512 VL/VNNI available; `m` activation rows of `nb` blocks at `a`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8) {
-    sc.corr.resize(nb * m, 0);
-    sc.da.resize(nb * m, 0.0);
-    // SAFETY (whole body): the caller's contract; corr and da hold nb·m values.
+    let tiles = amx_tiles(m);
+    // (a padded tile's missing tokens: zero corrections and scales)
+    let padded = m.max(16 * tiles);
+    sc.corr.clear();
+    sc.corr.resize(nb * padded, 0);
+    sc.da.clear();
+    sc.da.resize(nb * padded, 0.0);
+    // SAFETY (whole body): the caller's contract; corr and da hold nb·padded values.
     unsafe {
         let ones = _mm256_set1_epi8(1);
         for j in 0..m {
@@ -248,12 +258,12 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
                 sc.da[nb * j + i] = f16(y0.add(i * Q8_0_BYTES));
             }
         }
-        let tiles = amx_tiles(m);
+        sc.tiles.clear();
         sc.tiles.resize(tiles * nb * 512, 0);
         for t in 0..tiles {
             for i in 0..nb {
                 let dst = sc.tiles.as_mut_ptr().add(512 * (nb * t + i));
-                for r in 0..16 {
+                for r in 0..16.min(m - 16 * t) {
                     let q = _mm256_loadu_si256(a.add((16 * t + r) * astride + i * Q8_0_BYTES + 2) as *const __m256i);
                     _mm256_storeu_si256(dst.add(32 * r) as *mut __m256i, q);
                 }
@@ -316,7 +326,7 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
 /// Tokens from which whole 16-token tiles go through AMX ([`run_amx`]).
 const AMX_MIN_TOKENS: usize = 16;
 
-/// [`run`] for 16 tokens through AMX tiles: per block, one tile product gives the 16
+/// [`run`] for 16 tokens (`mt` of them real, the rest zero padding) through AMX tiles: per block, one tile product gives the 16
 /// tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
 /// vectors: `w[l]` is row l of a 32-byte B tile), then the same float step as `run`.
 /// Each block's product runs during the previous block's scaling.
@@ -328,6 +338,7 @@ unsafe fn run_amx<const F: u8, S: SrcQ8>(
     at: *const u8,
     corr: *const i32,
     da: *const f32,
+    mt: usize,
     nr: usize,
     out: &mut [f32],
     ostride: usize,
@@ -398,7 +409,7 @@ unsafe fn run_amx<const F: u8, S: SrcQ8>(
                 store!(i + 1);
             }
         }
-        for (j, v) in acc.iter().enumerate() {
+        for (j, v) in acc.iter().enumerate().take(mt) {
             store_rows(*v, nr, out, ostride, j);
         }
     }
@@ -422,17 +433,17 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
 ) {
     let Prep { corr, da, tiles: at } = sc;
     let tiles = amx_tiles(m);
-    debug_assert!(corr.len() >= nb * m && da.len() >= nb * m && at.len() >= 512 * nb * tiles, "corrections() not run for these tokens");
+    debug_assert!(corr.len() >= nb * m.max(16 * tiles) && da.len() >= nb * m.max(16 * tiles) && at.len() >= 512 * nb * tiles, "corrections() not run for these tokens");
     if tiles > 0 {
         // SAFETY: AMX usable (has_amx).
         unsafe { super::x86_amx::configure(32) };
     }
     for t in (0..tiles * 16).step_by(16) {
         let pf = if t == 0 { next } else { None };
-        // SAFETY: the caller's contract, for tokens t..t + 16.
-        unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), nr, &mut out[t..], ostride, pf) };
+        // SAFETY: the caller's contract, for tokens t..t + 16 (padded past m).
+        unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, &mut out[t..], ostride, pf) };
     }
-    for t in (tiles * 16..m).step_by(TOKENS) {
+    for t in ((tiles * 16).min(m)..m).step_by(TOKENS) {
         let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), &mut out[t..], if t == 0 { next } else { None });
         macro_rules! go {
             ($m:literal) => {
