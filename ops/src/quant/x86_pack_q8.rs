@@ -272,6 +272,20 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
     }
 }
 
+/// Block `i`'s share (of `nb`) of the bytes `pf` (pointer, length) to prefetch, so the
+/// next rows' loads stay in flight through the pass without a burst.
+#[inline(always)]
+fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
+    let Some((at, len)) = pf else { return };
+    let per_block = len.div_ceil(nb).next_multiple_of(64);
+    let mut off = i * per_block;
+    while off < ((i + 1) * per_block).min(len) {
+        // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8) };
+        off += 64;
+    }
+}
+
 /// Tokens a kernel pass takes (its float accumulators stay in registers).
 const TOKENS: usize = 8;
 
@@ -292,17 +306,11 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
     ostride: usize,
     pf: Option<(*const u8, usize)>,
 ) {
-    let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
-    let per_block = pf_len.div_ceil(nb).next_multiple_of(64);
     let mut acc = [_mm512_setzero_ps(); M];
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
         for i in 0..nb {
-            let mut off = i * per_block;
-            while off < ((i + 1) * per_block).min(pf_len) {
-                _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
-                off += 64;
-            }
+            prefetch_share(pf, nb, i);
             let b = src.block::<F>(i);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = a.add(j * astride + i * Q8_0_BYTES);
@@ -345,8 +353,6 @@ unsafe fn run_amx<const F: u8, S: SrcQ8>(
     pf: Option<(*const u8, usize)>,
 ) {
     use super::x86_amx::{tile_issue, tile_store};
-    let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
-    let per_block = pf_len.div_ceil(nb).next_multiple_of(64);
     // signed weights straight from memory: no +128, so no corrections
     let direct = src.signed_b::<F>(0).is_some();
     let mut acc = [_mm512_setzero_ps(); 16];
@@ -388,11 +394,7 @@ unsafe fn run_amx<const F: u8, S: SrcQ8>(
         issue!(0);
         store!(0);
         for i in 0..nb {
-            let mut off = i * per_block;
-            while off < ((i + 1) * per_block).min(pf_len) {
-                _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8);
-                off += 64;
-            }
+            prefetch_share(pf, nb, i);
             let d = if direct { src.d::<F>(i) } else { b[i % 2].d };
             if i + 1 < nb {
                 issue!(i + 1);
