@@ -1,4 +1,4 @@
-//! The `rows16` copies of a file's K-quant weights (`pn_ops::quant::rows16`): the rows
+//! The `rows16` copies of a file's quantized weights (`pn_ops::quant::rows16`): the rows
 //! interleaved 16 at a time as the CPU's 16-row kernels read them, made once at load for
 //! the weights a host die multiplies every step, so no matmul re-transposes its rows per
 //! call. Same size as the plain bytes; a mapped file then drops its pages of the plain
