@@ -46,7 +46,7 @@ pub fn vec_dot_block(
         PACKED_Q8.with(|sc| {
             let mut sc = sc.borrow_mut();
             // SAFETY: VNNI detected; m activation rows of n/32 blocks (checked by the caller).
-            unsafe { x86_pack_q8::corrections(n / 32, a.as_ptr(), astride, m, &mut sc) };
+            unsafe { x86_pack_q8::corrections(n / 32, a.as_ptr(), astride, m, &mut sc, false) };
             each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), and out rows g..g+nr too.

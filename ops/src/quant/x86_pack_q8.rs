@@ -230,24 +230,36 @@ fn amx_tiles(m: usize) -> usize {
 const AMX_TAIL: usize = 4;
 
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
-/// `a + j·astride`) into `sc`, once per call (every 16-row group reads them).
+/// `a + j·astride`), their scales and the AMX path's A tiles into `sc`, once per call
+/// (every 16-row group reads them). `direct`: the weights are Q8_0 `rows16` blocks (their
+/// AMX tiles need no corrections).
 ///
 /// # Safety
 /// AVX2 + AVX-512 VL/VNNI available; `m` activation rows of `nb` blocks at `a`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8) {
+pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8, direct: bool) {
     let tiles = amx_tiles(m);
-    // (a padded tile's missing tokens: zero corrections and scales)
+    // a padded tile's missing tokens: zero corrections and scales; `direct` (signed B
+    // tiles) AMX tokens need no corrections
     let padded = m.max(16 * tiles);
-    sc.corr.clear();
+    let corr_from = if direct { (16 * tiles).min(m) } else { 0 };
     sc.corr.resize(nb * padded, 0);
-    sc.da.clear();
     sc.da.resize(nb * padded, 0.0);
-    // SAFETY (whole body): the caller's contract; corr and da hold nb·padded values.
+    sc.corr[nb * m..].fill(0);
+    sc.da[nb * m..].fill(0.0);
+    sc.tiles.resize(tiles * nb * 512, 0);
+    // SAFETY (whole body): the caller's contract; corr and da hold nb·padded values,
+    // tiles 512·nb·tiles bytes.
     unsafe {
         let ones = _mm256_set1_epi8(1);
         for j in 0..m {
             let y0 = a.add(j * astride);
+            for i in 0..nb {
+                sc.da[nb * j + i] = f16(y0.add(i * Q8_0_BYTES));
+            }
+            if j < corr_from {
+                continue;
+            }
             for i in 0..nb {
                 let q = _mm256_loadu_si256(y0.add(i * Q8_0_BYTES + 2) as *const __m256i);
                 let s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
@@ -255,16 +267,17 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
                 let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
                 let s = _mm_add_epi32(s, _mm_shuffle_epi32::<1>(s));
                 sc.corr[nb * j + i] = -128 * _mm_cvtsi128_si32(s);
-                sc.da[nb * j + i] = f16(y0.add(i * Q8_0_BYTES));
             }
         }
-        sc.tiles.clear();
-        sc.tiles.resize(tiles * nb * 512, 0);
         for t in 0..tiles {
             for i in 0..nb {
                 let dst = sc.tiles.as_mut_ptr().add(512 * (nb * t + i));
-                for r in 0..16.min(m - 16 * t) {
-                    let q = _mm256_loadu_si256(a.add((16 * t + r) * astride + i * Q8_0_BYTES + 2) as *const __m256i);
+                for r in 0..16 {
+                    let q = if 16 * t + r < m {
+                        _mm256_loadu_si256(a.add((16 * t + r) * astride + i * Q8_0_BYTES + 2) as *const __m256i)
+                    } else {
+                        _mm256_setzero_si256()
+                    };
                     _mm256_storeu_si256(dst.add(32 * r) as *mut __m256i, q);
                 }
             }
@@ -562,7 +575,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     super::x86_block::PACKED_Q8.with(|sc| {
         let sc = &mut *sc.borrow_mut();
         // SAFETY: m activation rows of nb blocks (the caller's contract).
-        unsafe { corrections(nb, a.as_ptr(), astride, m, sc) };
+        unsafe { corrections(nb, a.as_ptr(), astride, m, sc, kind == Q8_0) };
         super::x86_rows16::groups(w, rows, rb, |g, next| {
             let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
             macro_rules! go {
