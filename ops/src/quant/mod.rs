@@ -55,7 +55,7 @@ mod x86_tile;
 #[cfg(target_arch = "x86_64")]
 mod x86_block;
 #[cfg(target_arch = "x86_64")]
-pub use x86_block::{knob, set_knobs, KNOB_MOE_LONG_FROM, KNOB_MOE_ROW_TOKENS, KNOB_FUSED_Q4K_FROM, KNOB_FUSED_Q4K_TO, KNOB_FUSED_Q6K_FROM, KNOB_FUSED_Q6K_TO, KNOB_PACK_FROM, KNOB_AMX_FROM, KNOB_AMX_SPLIT_FROM, KNOB_AMX_Q6K_FROM, KNOB_ROWS16, KNOB_FUSED_UPTO, KNOB_AMX_Q8_FROM, KNOB_ROW_BLOCK_BATCH, N_KNOBS};
+pub use x86_block::{knob, set_knobs, KNOB_MOE_LONG_FROM, KNOB_MOE_ROW_TOKENS, KNOB_FUSED_Q4K_FROM, KNOB_FUSED_Q4K_TO, KNOB_FUSED_Q6K_FROM, KNOB_FUSED_Q6K_TO, KNOB_PACK_FROM, KNOB_AMX_FROM, KNOB_AMX_SPLIT_FROM, KNOB_AMX_Q6K_FROM, KNOB_ROWS16, KNOB_FUSED_UPTO, KNOB_AMX_Q8_FROM, KNOB_ROW_BLOCK_BATCH, KNOB_AMX_Q8_PAIRS, N_KNOBS};
 #[cfg(target_arch = "x86_64")]
 mod x86_pack16;
 #[cfg(target_arch = "x86_64")]
@@ -68,6 +68,8 @@ mod x86_fused16;
 mod x86_fused8;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack8;
+#[cfg(target_arch = "x86_64")]
+mod x86_amx_q8;
 #[cfg(target_arch = "x86_64")]
 mod x86_pack_q8;
 #[cfg(target_arch = "x86_64")]

@@ -74,11 +74,11 @@ fn detect() -> bool {
 
 thread_local! {
     /// The sub-block bytes this thread's tile configuration was loaded for (0: none).
-    static CONFIGURED: Cell<u8> = const { Cell::new(0) };
+    pub(super) static CONFIGURED: Cell<u8> = const { Cell::new(0) };
 }
 
 #[repr(C, align(64))]
-struct TileConfig([u8; 64]);
+pub(super) struct TileConfig(pub(super) [u8; 64]);
 
 /// Loads this thread's tile configuration for sub-blocks of `k` bytes (16 or 32), unless
 /// it already is.

@@ -278,7 +278,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 14;
+pub const N_KNOBS: usize = 15;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -305,6 +305,8 @@ pub const KNOB_FUSED_UPTO: usize = 11;
 pub const KNOB_AMX_Q8_FROM: usize = 12;
 /// `KNOBS[13]`: the CPU backend's `ROW_BLOCK_BATCH` (rows a batched matmul task takes).
 pub const KNOB_ROW_BLOCK_BATCH: usize = 13;
+/// `KNOBS[14]`: 0 = `x86_pack_q8`'s AMX path one token tile a pass (not two).
+pub const KNOB_AMX_Q8_PAIRS: usize = 14;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

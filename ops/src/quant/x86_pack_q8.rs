@@ -22,6 +22,7 @@ use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
 use super::x86_pack16::{bcast4, join, store_rows, transpose16x8, IQ4NL_U8};
 use super::x86_tile::{f16, nibbles32, table16};
+use super::x86_amx_q8::{amx_tiles, run_amx, run_amx2};
 use std::arch::x86_64::*;
 
 /// The weight formats of these kernels (`const F`; distinct from `x86_pack16`'s kinds,
@@ -84,12 +85,12 @@ unsafe fn dw<const F: u8>(x: *const u8) -> f32 {
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub struct PackedQ8 {
-    w: [__m512i; 8],
-    d: __m512,
+    pub(super) w: [__m512i; 8],
+    pub(super) d: __m512,
 }
 
 /// Where the kernel reads its blocks.
-trait SrcQ8: Copy {
+pub(super) trait SrcQ8: Copy {
     /// Block `i` of the 16 rows.
     unsafe fn block<const F: u8>(self, i: usize) -> PackedQ8;
     /// Block `i`'s 16 signed weight vectors as they lie in memory (an AMX B tile), where
@@ -214,20 +215,6 @@ struct Prep<'a> {
     tiles: &'a [u8],
 }
 
-/// The 16-token tiles of `m` tokens that go through AMX: the whole ones, and the last
-/// partial one (zero-padded) when it holds more than `AMX_TAIL` tokens (fewer run on
-/// the VNNI kernel).
-fn amx_tiles(m: usize) -> usize {
-    let from = super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_FROM, AMX_MIN_TOKENS).max(1);
-    if m >= from && super::x86_amx::has_amx() {
-        m / 16 + usize::from(m % 16 > AMX_TAIL)
-    } else {
-        0
-    }
-}
-
-/// Tokens of a last partial tile left to the VNNI kernel.
-const AMX_TAIL: usize = 4;
 
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
 /// `a + j·astride`), their scales and the AMX path's A tiles into `sc`, once per call
@@ -288,7 +275,7 @@ pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc:
 /// Block `i`'s share (of `nb`) of the bytes `pf` (pointer, length) to prefetch, so the
 /// next rows' loads stay in flight through the pass without a burst.
 #[inline(always)]
-fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
+pub(super) fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
     let Some((at, len)) = pf else { return };
     let per_block = len.div_ceil(nb).next_multiple_of(64);
     let mut off = i * per_block;
@@ -344,92 +331,6 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
     }
 }
 
-/// Tokens from which whole 16-token tiles go through AMX ([`run_amx`]).
-const AMX_MIN_TOKENS: usize = 16;
-
-/// [`run`] for 16 tokens (`mt` of them real, the rest zero padding) through AMX tiles: per block, one tile product gives the 16
-/// tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
-/// vectors: `w[l]` is row l of a 32-byte B tile), then the same float step as `run`.
-/// Each block's product runs during the previous block's scaling.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn run_amx<const F: u8, S: SrcQ8>(
-    nb: usize,
-    src: S,
-    at: *const u8,
-    corr: *const i32,
-    da: *const f32,
-    mt: usize,
-    nr: usize,
-    out: &mut [f32],
-    ostride: usize,
-    pf: Option<(*const u8, usize)>,
-) {
-    use super::x86_amx::{tile_issue, tile_store};
-    // signed weights straight from memory: no +128, so no corrections
-    let direct = src.signed_b::<F>(0).is_some();
-    let mut acc = [_mm512_setzero_ps(); 16];
-    // SAFETY: an all-zero bit pattern is a valid PackedQ8 and [i32; 256].
-    let (mut b, mut c): ([PackedQ8; 2], [[i32; 256]; 2]) = unsafe { std::mem::zeroed() };
-    // block i's product on tile pair i % 2 (B from memory, or packed into b[i % 2]);
-    // stored into c[i % 2] only after the previous block's scaling ran meanwhile
-    macro_rules! issue {
-        ($i:expr) => {{
-            let (i, astride) = ($i, 32);
-            let y = at.add(512 * i);
-            match (src.signed_b::<F>(i), i % 2) {
-                (Some(bp), 0) => tile_issue::<0, true>(y, astride, bp),
-                (Some(bp), _) => tile_issue::<1, true>(y, astride, bp),
-                (None, k) => {
-                    b[k] = src.block::<F>(i);
-                    let bp = b[k].w.as_ptr() as *const u8;
-                    if k == 0 {
-                        tile_issue::<0, false>(y, astride, bp);
-                    } else {
-                        tile_issue::<1, false>(y, astride, bp);
-                    }
-                }
-            }
-        }};
-    }
-    macro_rules! store {
-        ($i:expr) => {{
-            if $i % 2 == 0 {
-                tile_store::<0>(&mut c[0]);
-            } else {
-                tile_store::<1>(&mut c[1]);
-            }
-        }};
-    }
-    // SAFETY (whole body): the caller's contract (tiles configured for 32-byte blocks, 16
-    // tokens' A tiles at `at`); a prefetch never faults.
-    unsafe {
-        issue!(0);
-        store!(0);
-        for i in 0..nb {
-            prefetch_share(pf, nb, i);
-            let d = if direct { src.d::<F>(i) } else { b[i % 2].d };
-            if i + 1 < nb {
-                issue!(i + 1);
-            }
-            let ci = &c[i % 2];
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let mut s = _mm512_loadu_si512(ci[16 * j..].as_ptr() as *const _);
-                if !direct {
-                    s = _mm512_add_epi32(s, _mm512_set1_epi32(*corr.add(nb * j + i)));
-                }
-                *acc = _mm512_add_ps(*acc, _mm512_mul_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(*da.add(nb * j + i)))));
-            }
-            if i + 1 < nb {
-                store!(i + 1);
-            }
-        }
-        for (j, v) in acc.iter().enumerate().take(mt) {
-            store_rows(*v, nr, out, ostride, j);
-        }
-    }
-}
-
 /// [`run`] over all `m` tokens, `TOKENS` at a time (whole 16-token tiles through AMX
 /// where the CPU has it); the prefetch during the first pass.
 #[allow(clippy::too_many_arguments)]
@@ -449,11 +350,25 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     let Prep { corr, da, tiles: at } = sc;
     let tiles = amx_tiles(m);
     debug_assert!(corr.len() >= nb * m.max(16 * tiles) && da.len() >= nb * m.max(16 * tiles) && at.len() >= 512 * nb * tiles, "corrections() not run for these tokens");
-    if tiles > 0 {
+    // signed B tiles straight from the source: two token tiles a pass
+    let pairs = tiles > 1 && src.signed_b::<F>(0).is_some() && super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_PAIRS, 1) != 0;
+    if pairs {
+        // SAFETY: AMX usable (has_amx).
+        unsafe { super::x86_amx_q8::configure_pairs() };
+        for t in (0..tiles * 16).step_by(32) {
+            let pf = if t == 0 { next } else { None };
+            let two = t + 16 < tiles * 16;
+            let (t1, mt1) = if two { (t + 16, 16.min(m - t - 16)) } else { (t, 0) };
+            let at2 = [at[512 * nb * (t / 16)..].as_ptr(), at[512 * nb * (t1 / 16)..].as_ptr()];
+            let da2 = [da[nb * t..].as_ptr(), da[nb * t1..].as_ptr()];
+            // SAFETY: the caller's contract, for tokens t..t + 32 (padded past m).
+            unsafe { run_amx2::<F, S>(nb, src, at2, da2, [16.min(m - t), mt1], nr, &mut out[t..], ostride, pf) };
+        }
+    } else if tiles > 0 {
         // SAFETY: AMX usable (has_amx).
         unsafe { super::x86_amx::configure(32) };
     }
-    for t in (0..tiles * 16).step_by(16) {
+    for t in (0..if pairs { 0 } else { tiles * 16 }).step_by(16) {
         let pf = if t == 0 { next } else { None };
         // SAFETY: the caller's contract, for tokens t..t + 16 (padded past m).
         unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, &mut out[t..], ostride, pf) };
