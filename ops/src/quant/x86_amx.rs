@@ -74,11 +74,11 @@ fn detect() -> bool {
 
 thread_local! {
     /// The sub-block bytes this thread's tile configuration was loaded for (0: none).
-    pub(super) static CONFIGURED: Cell<u8> = const { Cell::new(0) };
+    static CONFIGURED: Cell<u8> = const { Cell::new(0) };
 }
 
 #[repr(C, align(64))]
-pub(super) struct TileConfig(pub(super) [u8; 64]);
+struct TileConfig([u8; 64]);
 
 /// Loads this thread's tile configuration for sub-blocks of `k` bytes (16 or 32), unless
 /// it already is.
@@ -86,26 +86,31 @@ pub(super) struct TileConfig(pub(super) [u8; 64]);
 /// # Safety
 /// `has_amx()` returned true.
 pub(super) unsafe fn configure(k: usize) {
+    let (kb, b) = (k as u16, (k / 4) as u8);
+    // C: 16 tokens × 16 rows (i32); A: 16 tokens × k activation bytes; B: k/4 dwords × 16 rows
+    // SAFETY: the caller's contract.
+    unsafe { load_tiles(k as u8, [(16, 64), (16, 64), (16, kb), (16, kb), (b, 64), (b, 64), (b, 64), (b, 64)]) }
+}
+
+/// Loads the palette-1 tile configuration `shapes` (rows, bytes a row, per tile), marked
+/// `mark` in this thread's `CONFIGURED`, unless that one is loaded already.
+///
+/// # Safety
+/// `has_amx()` returned true; `shapes` a valid configuration (rows ≤ 16, bytes ≤ 64).
+pub(super) unsafe fn load_tiles(mark: u8, shapes: [(u8, u16); 8]) {
     CONFIGURED.with(|c| {
-        if c.get() as usize == k {
+        if c.get() == mark {
             return;
         }
         let mut t = TileConfig([0; 64]);
         t.0[0] = 1; // palette 1
-        let mut set = |tile: usize, rows: u8, colsb: u16| {
+        for (tile, (rows, colsb)) in shapes.into_iter().enumerate() {
             t.0[16 + 2 * tile..18 + 2 * tile].copy_from_slice(&colsb.to_le_bytes());
             t.0[48 + tile] = rows;
-        };
-        for tile in 0..2 {
-            set(tile, 16, 64); // C: 16 tokens × 16 rows (i32)
-            set(2 + tile, 16, k as u16); // A: 16 tokens × k activation bytes
-        }
-        for tile in 4..8 {
-            set(tile, (k / 4) as u8, 64); // B: k/4 dwords × 16 rows
         }
         // SAFETY: AMX is usable (the caller); the configuration is a valid palette-1 one.
         unsafe { asm!("ldtilecfg [{}]", in(reg) t.0.as_ptr(), options(nostack, readonly)) };
-        c.set(k as u8);
+        c.set(mark);
     });
 }
 

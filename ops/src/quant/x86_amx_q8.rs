@@ -4,7 +4,6 @@
 //! Q8_0 `rows16` blocks are signed B tiles as they lie in memory: two token tiles share
 //! each B load (`run_amx2`); other sources pack B per block (`run_amx`).
 
-use super::x86_amx::{CONFIGURED, TileConfig};
 use super::x86_pack16::store_rows;
 use super::x86_pack_q8::{prefetch_share, PackedQ8, SrcQ8};
 use std::arch::asm;
@@ -34,27 +33,8 @@ const PAIRS: u8 = 1;
 /// # Safety
 /// `has_amx()` returned true.
 pub(super) unsafe fn configure_pairs() {
-    CONFIGURED.with(|c| {
-        if c.get() == PAIRS {
-            return;
-        }
-        let mut t = TileConfig([0; 64]);
-        t.0[0] = 1; // palette 1
-        let mut set = |tile: usize, rows: u8, colsb: u16| {
-            t.0[16 + 2 * tile..18 + 2 * tile].copy_from_slice(&colsb.to_le_bytes());
-            t.0[48 + tile] = rows;
-        };
-        for tile in 0..4 {
-            set(tile, 16, 64);
-        }
-        set(4, 16, 32);
-        set(5, 16, 32);
-        set(6, 8, 64);
-        set(7, 8, 64);
-        // SAFETY: AMX is usable (the caller); the configuration is a valid palette-1 one.
-        unsafe { asm!("ldtilecfg [{}]", in(reg) t.0.as_ptr(), options(nostack, readonly)) };
-        c.set(PAIRS);
-    });
+    // SAFETY: the caller's contract.
+    unsafe { super::x86_amx::load_tiles(PAIRS, [(16, 64), (16, 64), (16, 64), (16, 64), (16, 32), (16, 32), (8, 64), (8, 64)]) }
 }
 
 /// Two 16-token tiles' products with one signed 32-byte B tile (`tdpbssd`), left in C
