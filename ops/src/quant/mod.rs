@@ -43,6 +43,24 @@ pub mod legacy;
 pub mod mxfp4;
 pub mod q8;
 pub mod quantize_weights;
+/// `$go!(k)` with the literal `k` = `$n` for 1 ≤ `$n` ≤ 7, else `$go!(8)`: a runtime
+/// token count into a kernel's const-generic one (the x86 kernels take 8 tokens a pass
+/// at the most).
+#[cfg(target_arch = "x86_64")]
+macro_rules! tokens_upto8 {
+    ($n:expr, $go:ident) => {
+        match $n {
+            1 => $go!(1),
+            2 => $go!(2),
+            3 => $go!(3),
+            4 => $go!(4),
+            5 => $go!(5),
+            6 => $go!(6),
+            7 => $go!(7),
+            _ => $go!(8),
+        }
+    };
+}
 #[cfg(target_arch = "x86_64")]
 mod x86;
 /// The previous single-row AVX2 kernels, kept as a test oracle: the tile kernels must

@@ -139,27 +139,24 @@ pub(super) unsafe fn tile_product<const P: usize>(a: *const u8, astride: usize, 
 #[inline(always)]
 pub(super) unsafe fn tile_issue<const P: usize, const SIGNED: bool>(a: *const u8, astride: usize, b: *const u8) {
     // SAFETY: as `tile_product` (minus the store).
+    macro_rules! issue {
+        ($op:literal) => {
+            asm!(
+                "tilezero tmm{p}",
+                "tileloadd tmm{pa}, [{a} + {s}*1]",
+                "tileloadd tmm{pb}, [{b} + {bs}*1]",
+                concat!($op, " tmm{p}, tmm{pa}, tmm{pb}"),
+                p = const P, pa = const 2 + P, pb = const 4 + P,
+                a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize,
+                options(nostack, readonly),
+            )
+        };
+    }
     unsafe {
         if SIGNED {
-            asm!(
-                "tilezero tmm{p}",
-                "tileloadd tmm{pa}, [{a} + {s}*1]",
-                "tileloadd tmm{pb}, [{b} + {bs}*1]",
-                "tdpbssd tmm{p}, tmm{pa}, tmm{pb}",
-                p = const P, pa = const 2 + P, pb = const 4 + P,
-                a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize,
-                options(nostack, readonly),
-            );
+            issue!("tdpbssd");
         } else {
-            asm!(
-                "tilezero tmm{p}",
-                "tileloadd tmm{pa}, [{a} + {s}*1]",
-                "tileloadd tmm{pb}, [{b} + {bs}*1]",
-                "tdpbsud tmm{p}, tmm{pa}, tmm{pb}",
-                p = const P, pa = const 2 + P, pb = const 4 + P,
-                a = in(reg) a, s = in(reg) astride, b = in(reg) b, bs = in(reg) 64usize,
-                options(nostack, readonly),
-            );
+            issue!("tdpbsud");
         }
     }
 }

@@ -77,8 +77,8 @@ pub(super) unsafe fn pair_store<const P: usize>(c0: *mut [i32; 256], c1: *mut [i
 /// Tokens from which whole 16-token tiles go through AMX ([`run_amx`]).
 const AMX_MIN_TOKENS: usize = 16;
 
-/// [`run`] for 16 tokens (`mt` of them real, the rest zero padding) through AMX tiles: per block, one tile product gives the 16
-/// tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
+/// `x86_pack_q8`'s `run` for 16 tokens (`mt` of them real, the rest zero padding) through
+/// AMX tiles: per block, one tile product gives the 16 tokens × 16 rows block integers (A = the tokens' activation bytes, B = the weight
 /// vectors: `w[l]` is row l of a 32-byte B tile), then the same float step as `run`.
 /// Each block's product runs during the previous block's scaling.
 #[allow(clippy::too_many_arguments)]
@@ -176,7 +176,7 @@ pub(super) unsafe fn run_amx2<const F: u8, S: SrcQ8>(
     ostride: usize,
     pf: Option<(*const u8, usize)>,
 ) {
-        let mut acc = [[_mm512_setzero_ps(); 16]; 2];
+    let mut acc = [[_mm512_setzero_ps(); 16]; 2];
     // SAFETY: an all-zero bit pattern is a valid [i32; 256].
     let mut c: [[[i32; 256]; 2]; 2] = unsafe { std::mem::zeroed() };
     macro_rules! issue {

@@ -46,7 +46,7 @@ pub fn vec_dot_block(
         PACKED_Q8.with(|sc| {
             let mut sc = sc.borrow_mut();
             // SAFETY: VNNI detected; m activation rows of n/32 blocks (checked by the caller).
-            unsafe { x86_pack_q8::corrections(n / 32, a.as_ptr(), astride, m, &mut sc, false) };
+            unsafe { x86_pack_q8::prepare(n / 32, a.as_ptr(), astride, m, &mut sc, false) };
             each_group(w, rows, 16, wstride, w_ty.row_bytes(n).unwrap_or(0), |g, nr, next| {
                 // SAFETY: VNNI (and AVX2) detected; rows g..g+nr and every token are in
                 // bounds (checked by the caller), and out rows g..g+nr too.
@@ -230,16 +230,12 @@ pub fn vec_dot_block(
         let o = &mut out[t0..];
         // SAFETY: AVX2/FMA/F16C detected above; the caller checked the lengths.
         unsafe {
-            match mt {
-                1 => block_m::<1>(w_ty, &g, wp, ap, o),
-                2 => block_m::<2>(w_ty, &g, wp, ap, o),
-                3 => block_m::<3>(w_ty, &g, wp, ap, o),
-                4 => block_m::<4>(w_ty, &g, wp, ap, o),
-                5 => block_m::<5>(w_ty, &g, wp, ap, o),
-                6 => block_m::<6>(w_ty, &g, wp, ap, o),
-                7 => block_m::<7>(w_ty, &g, wp, ap, o),
-                _ => block_m::<8>(w_ty, &g, wp, ap, o),
+            macro_rules! go {
+                ($m:literal) => {
+                    block_m::<$m>(w_ty, &g, wp, ap, o)
+                };
             }
+            tokens_upto8!(mt, go)
         }
     }
     true

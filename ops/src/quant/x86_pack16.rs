@@ -541,16 +541,7 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
                 }
             }};
         }
-        match mt {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            4 => go!(4),
-            5 => go!(5),
-            6 => go!(6),
-            7 => go!(7),
-            _ => go!(8),
-        }
+        tokens_upto8!(mt, go);
         t0 += mt;
     }
 }

@@ -215,7 +215,6 @@ struct Prep<'a> {
     tiles: &'a [u8],
 }
 
-
 /// The offset corrections of `m` Q8_0 activation rows (`nb` blocks each, at
 /// `a + j·astride`), their scales and the AMX path's A tiles into `sc`, once per call
 /// (every 16-row group reads them). `direct`: the weights are Q8_0 `rows16` blocks (their
@@ -224,7 +223,7 @@ struct Prep<'a> {
 /// # Safety
 /// AVX2 + AVX-512 VL/VNNI available; `m` activation rows of `nb` blocks at `a`.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub unsafe fn corrections(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8, direct: bool) {
+pub unsafe fn prepare(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mut ScratchQ8, direct: bool) {
     let tiles = amx_tiles(m);
     // a padded tile's missing tokens: zero corrections and scales; `direct` (signed B
     // tiles) AMX tokens need no corrections
@@ -348,12 +347,12 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     next: Option<(*const u8, usize)>,
 ) {
     let Prep { corr, da, tiles: at } = sc;
-    let tiles = amx_tiles(m);
-    debug_assert!(corr.len() >= nb * m.max(16 * tiles) && da.len() >= nb * m.max(16 * tiles) && at.len() >= 512 * nb * tiles, "corrections() not run for these tokens");
-    // signed B tiles straight from the source: two token tiles a pass
-    let pairs = tiles > 1 && src.signed_b::<F>(0).is_some() && super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_PAIRS, 1) != 0;
-    if pairs {
-        // SAFETY: AMX usable (has_amx).
+    // the AMX tiles `prepare` made for these tokens (`amx_tiles(m)` of them)
+    let tiles = at.len() / (512 * nb);
+    debug_assert!(corr.len() >= nb * m.max(16 * tiles) && da.len() >= nb * m.max(16 * tiles), "prepare() not run for these tokens");
+    if tiles > 1 && src.signed_b::<F>(0).is_some() && super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_PAIRS, 1) != 0 {
+        // signed B tiles straight from the source: two token tiles a pass
+        // SAFETY: AMX usable (`prepare` made tiles only where `has_amx`).
         unsafe { super::x86_amx_q8::configure_pairs() };
         for t in (0..tiles * 16).step_by(32) {
             let pf = if t == 0 { next } else { None };
@@ -365,13 +364,13 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
             unsafe { run_amx2::<F, S>(nb, src, at2, da2, [16.min(m - t), mt1], nr, &mut out[t..], ostride, pf) };
         }
     } else if tiles > 0 {
-        // SAFETY: AMX usable (has_amx).
+        // SAFETY: AMX usable (`prepare` made tiles only where `has_amx`).
         unsafe { super::x86_amx::configure(32) };
-    }
-    for t in (0..if pairs { 0 } else { tiles * 16 }).step_by(16) {
-        let pf = if t == 0 { next } else { None };
-        // SAFETY: the caller's contract, for tokens t..t + 16 (padded past m).
-        unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, &mut out[t..], ostride, pf) };
+        for t in (0..tiles * 16).step_by(16) {
+            let pf = if t == 0 { next } else { None };
+            // SAFETY: the caller's contract, for tokens t..t + 16 (padded past m).
+            unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, &mut out[t..], ostride, pf) };
+        }
     }
     for t in ((tiles * 16).min(m)..m).step_by(TOKENS) {
         let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), &mut out[t..], if t == 0 { next } else { None });
@@ -381,16 +380,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
                 unsafe { run::<F, $m, S>(nb, src, a, astride, c, d, nr, o, ostride, pf) }
             };
         }
-        match m - t {
-            1 => go!(1),
-            2 => go!(2),
-            3 => go!(3),
-            4 => go!(4),
-            5 => go!(5),
-            6 => go!(6),
-            7 => go!(7),
-            _ => go!(8),
-        }
+        tokens_upto8!(m - t, go)
     }
 }
 
@@ -400,7 +390,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI and AVX2 available; `nr` rows of `nb` blocks at `w`, `m`
 /// activation rows of `nb` blocks, `out` holds `(nr−1)·ostride + m` floats; `sc` holds
-/// [`corrections`] of these `m` activation rows; `next` (pointer, bytes): weights to
+/// [`prepare`] of these `m` activation rows; `next` (pointer, bytes): weights to
 /// prefetch meanwhile (the next row group).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -490,7 +480,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     super::x86_block::PACKED_Q8.with(|sc| {
         let sc = &mut *sc.borrow_mut();
         // SAFETY: m activation rows of nb blocks (the caller's contract).
-        unsafe { corrections(nb, a.as_ptr(), astride, m, sc, kind == Q8_0) };
+        unsafe { prepare(nb, a.as_ptr(), astride, m, sc, kind == Q8_0) };
         super::x86_rows16::groups(w, rows, rb, |g, next| {
             let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
             macro_rules! go {
