@@ -1,19 +1,19 @@
 //! The `rows16` layout: a Q4_K, Q5_K, Q6_K or IQ4_XS weight (or a Q8_0, Q4_0, IQ4_NL or
 //! MXFP4 one) with its rows interleaved 16 at a time, block by block, as the AVX-512 VNNI
-//! 16-row kernels read them (`x86_rows16`, `x86_pack_q8`). A host backend makes it once at load, for the weights its matmuls
-//! stream every step; the plain bytes stay the weight's (`WeightView::bytes`), this is a
-//! second copy (`WeightView::rows16`) whose dots are bitwise the plain rows' `vec_dot`.
-//! The same size as the plain bytes.
+//! 16-row kernels read them (`x86_rows16`, `x86_pack_q8`). A host backend makes it once
+//! at load, for the weights its matmuls stream every step; the plain bytes stay the
+//! weight's (`WeightView::bytes`), this is a second copy (`WeightView::rows16`) whose dots
+//! are bitwise the plain rows' `vec_dot`. The same size as the plain bytes.
 
 use crate::GgmlType;
 
 /// Whether a `[n, rows]` weight (or a stack of such matrices) of `ty` takes the
 /// `rows16` layout on this CPU: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, IQ4_NL or MXFP4,
-/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI (`PN_NO_REPACK=1` says no). The loader makes the
-/// copy wherever it can: measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2
-/// threads, calls alternated, GB/s of weights plain → `rows16`): one token Q4_K
-/// 2048×4096 14.7 → 25.7, Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 / 13.4 →
-/// 17.6; 16 tokens 4.2 → 4.3 / 4.4 → 4.8; Q8_0 2048×4096 one token 10.0 → 18.6.
+/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI (`PN_NO_REPACK=1` says no).
+/// The loader makes the copy wherever it can: measured (`moe_bench matmul_few_tokens`,
+/// Intel Xeon 6/207, 2 threads, calls alternated, GB/s of weights plain → `rows16`): one
+/// token Q4_K 2048×4096 14.7 → 25.7, Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 /
+/// 13.4 → 17.6; 16 tokens 4.2 → 4.3 / 4.4 → 4.8; Q8_0 2048×4096 one token 10.0 → 18.6.
 pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
