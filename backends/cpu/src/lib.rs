@@ -91,6 +91,8 @@ const INLINE_MAX: usize = 1 << 15;
 /// Multiply-adds up to which a matmul (or conv) runs inline: ~20 µs of work, about what
 /// waking the pool and waiting for it costs on a busy machine.
 const INLINE_WORK: usize = 1 << 19;
+/// Weight bytes up to which a matmul runs inline (~20 µs of one thread's reading).
+const INLINE_BYTES: usize = 256 << 10;
 
 /// Whether `op` is light enough to run on the calling thread: element-wise, norms,
 /// routing and data movement on small outputs. These only parallelize through
@@ -100,11 +102,13 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
     let small = |work: usize| work <= INLINE_WORK;
     match op {
         Op::MatMul => {
-            let k = match &ins[0] {
-                Value::Weight(w) => w.shape.0[0],
-                Value::Act(t) => t.shape.0[0],
+            let (k, bytes) = match &ins[0] {
+                Value::Weight(w) => (w.shape.0[0], w.bytes.len()),
+                Value::Act(t) => (t.shape.0[0], 0),
             };
-            return small(k.saturating_mul(out.shape.numel()));
+            // a one-token matmul is a read of its weights: the F32 router (2048 × 256,
+            // 2 MB) is little work but takes both threads' bandwidth
+            return small(k.saturating_mul(out.shape.numel())) && bytes <= INLINE_BYTES;
         }
         Op::GetRows => return out.shape.numel() <= INLINE_MAX,
         // t·top·3·K·F multiply-adds (small models' decode)
