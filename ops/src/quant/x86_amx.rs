@@ -248,7 +248,6 @@ unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
 /// `y + j·astride`: 8 tile products of 64 elements, two stores.
 #[inline(always)]
 unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
-    let mut isum = [_mm512_setzero_si512(); 16];
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
     // `hi/lo[16c..]`.
@@ -281,9 +280,58 @@ unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usi
             c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(), bs = in(reg) 64usize,
             options(nostack),
         );
-        for (j, is) in isum.iter_mut().enumerate() {
-            let h = _mm512_loadu_si512(buf[0][16 * j..].as_ptr() as *const _);
-            let l = _mm512_loadu_si512(buf[1][16 * j..].as_ptr() as *const _);
+        split_isums::<SHIFT>(buf[0], buf[1])
+    }
+}
+
+/// [`isums16_split`] for two token tiles at once (blocks at `y` and `y2`): each chunk's two
+/// `B` tiles loaded once for both, four independent accumulators (the single tile's two
+/// chained accumulators wait on each product's latency). Tiles: C tmm0..tmm3 (tile 1 hi,
+/// lo, tile 2 hi, lo), A tmm4 / tmm5, B tmm6 / tmm7; all four C stored into `buf`.
+#[inline(always)]
+unsafe fn products16_split2(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) {
+    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
+    // blocks at y and at y2; chunk c's activations are at `+ Q8_K_QS + 64c`.
+    unsafe {
+        let (q, q2) = (y.add(Q8_K_QS), y2.add(Q8_K_QS));
+        let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
+        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        for c in 0..4 {
+            asm!(
+                "tileloadd tmm6, [{h} + {bs}*1]",
+                "tileloadd tmm7, [{l} + {bs}*1]",
+                "tileloadd tmm4, [{a} + {s}*1]",
+                "tdpbsud tmm0, tmm4, tmm6",
+                "tdpbsud tmm1, tmm4, tmm7",
+                "tileloadd tmm5, [{a2} + {s}*1]",
+                "tdpbsud tmm2, tmm5, tmm6",
+                "tdpbsud tmm3, tmm5, tmm7",
+                a = in(reg) q.add(64 * c), a2 = in(reg) q2.add(64 * c), s = in(reg) astride,
+                h = in(reg) hi.add(16 * c), l = in(reg) lo.add(16 * c), bs = in(reg) 64usize,
+                options(nostack),
+            );
+        }
+        asm!(
+            "tilestored [{c0} + {bs}*1], tmm0",
+            "tilestored [{c1} + {bs}*1], tmm1",
+            "tilestored [{c2} + {bs}*1], tmm2",
+            "tilestored [{c3} + {bs}*1], tmm3",
+            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
+            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
+            options(nostack),
+        );
+    }
+}
+
+/// `isum[j]` = (hi row j << SHIFT) + lo row j: a split tile pair's exact integers.
+#[inline(always)]
+unsafe fn split_isums<const SHIFT: u32>(hi: &[i32; 256], lo: &[i32; 256]) -> [__m512i; 16] {
+    let mut isum = [_mm512_setzero_si512(); 16];
+    for (j, is) in isum.iter_mut().enumerate() {
+        // SAFETY: 16 readable i32 at row j of each; AVX-512 enabled in every caller.
+        unsafe {
+            let h = _mm512_loadu_si512(hi[16 * j..].as_ptr() as *const _);
+            let l = _mm512_loadu_si512(lo[16 * j..].as_ptr() as *const _);
             *is = _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(h), l);
         }
     }
@@ -497,8 +545,30 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 off += 64;
             }
         }
+        let pairs = split_shift > 0 && super::x86_block::knob(super::x86_block::KNOB_AMX_PAIRS, 1) != 0;
         let mut t0 = 0;
         while t0 < m {
+            if pairs && m - t0 >= 32 {
+                // two whole token tiles sharing each B load
+                let (a1, a2) = (a.add(t0 * astride), a.add((t0 + 16) * astride));
+                let (mut s1, mut s2) = ([_mm512_setzero_ps(); 16], [_mm512_setzero_ps(); 16]);
+                for (i, pk) in sc.pk.pks.iter().enumerate() {
+                    products16_split2(&sc.split[i], a1.add(i * Q8_K_BYTES), a2.add(i * Q8_K_BYTES), astride, buf);
+                    let [b0, b1, b2, b3] = &*buf;
+                    let (i1, i2) = if split_shift == 4 {
+                        (split_isums::<4>(b0, b1), split_isums::<4>(b2, b3))
+                    } else {
+                        (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3))
+                    };
+                    finish16::<D, 16>(pk, i, a1, astride, &i1, &mut s1);
+                    finish16::<D, 16>(pk, i, a2, astride, &i2, &mut s2);
+                }
+                for (j, v) in s1.iter().chain(&s2).enumerate() {
+                    x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
+                }
+                t0 += 32;
+                continue;
+            }
             let mt = 16.min(m - t0);
             if mt <= VNNI_TAIL {
                 // a few tokens left: `x86_pack16`'s tiles over the packed blocks (a padded

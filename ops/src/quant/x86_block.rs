@@ -301,8 +301,9 @@ pub const KNOB_FUSED_UPTO: usize = 11;
 pub const KNOB_AMX_Q8_FROM: usize = 12;
 /// `KNOBS[13]`: the CPU backend's `ROW_BLOCK_BATCH` (rows a batched matmul task takes).
 pub const KNOB_ROW_BLOCK_BATCH: usize = 13;
-/// `KNOBS[14]`: 0 = `x86_pack_q8`'s AMX path one token tile a pass (not two).
-pub const KNOB_AMX_Q8_PAIRS: usize = 14;
+/// `KNOBS[14]`: 0 = the AMX paths (`x86_pack_q8`'s, `x86_amx`'s split form) one token
+/// tile a pass (not two sharing each `B` tile).
+pub const KNOB_AMX_PAIRS: usize = 14;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

@@ -350,7 +350,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     // the AMX tiles `prepare` made for these tokens (`amx_tiles(m)` of them)
     let tiles = at.len() / (512 * nb);
     debug_assert!(corr.len() >= nb * m.max(16 * tiles) && da.len() >= nb * m.max(16 * tiles), "prepare() not run for these tokens");
-    if tiles > 1 && src.signed_b::<F>(0).is_some() && super::x86_block::knob(super::x86_block::KNOB_AMX_Q8_PAIRS, 1) != 0 {
+    if tiles > 1 && src.signed_b::<F>(0).is_some() && super::x86_block::knob(super::x86_block::KNOB_AMX_PAIRS, 1) != 0 {
         // signed B tiles straight from the source: two token tiles a pass
         // SAFETY: AMX usable (`prepare` made tiles only where `has_amx`).
         unsafe { super::x86_amx_q8::configure_pairs() };
