@@ -326,3 +326,40 @@ fn thread_cpu_s() -> f64 {
     assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
     ts.sec as f64 + ts.nsec as f64 * 1e-9
 }
+
+/// F32 weights against several tokens (the MoE router in prefill: the AVX-512 register
+/// tile of 2 rows × 4 tokens over 32-token blocks) at lengths that reach every part of
+/// `dot_f32` (32-element steps, 8-element steps, scalar tail), odd row and token counts
+/// (tile edges), padded strides: every (row, token) bitwise `vec_dot`.
+#[test]
+fn f32_block_matches_vec_dot_bitwise() {
+    use pn_ops::quant::vec_dot_block;
+    use pn_ops::GgmlType::F32;
+    let mut rng = Rng(0xf32b_10c5_0000_0007);
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    for n in [1usize, 7, 8, 31, 32, 45, 64, 100, 259, 2048] {
+        for (rows, m) in [(1usize, 2usize), (2, 4), (3, 5), (7, 33), (16, 40), (5, 70)] {
+            let (ws, st) = (4 * n + 12, 4 * n + 4 * (m % 3));
+            let mut w = vec![0u8; rows * ws];
+            for r in 0..rows {
+                let x: Vec<f32> = (0..n).map(|_| rng.normalish()).collect();
+                w[r * ws..r * ws + 4 * n].copy_from_slice(&bytes(&x));
+            }
+            let mut acts = vec![0u8; (m - 1) * st + 4 * n];
+            for j in 0..m {
+                let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 3.0).collect();
+                acts[j * st..j * st + 4 * n].copy_from_slice(&bytes(&x));
+            }
+            let os = m + 1;
+            let mut out = vec![f32::NAN; rows * os];
+            vec_dot_block(F32, n, &w, ws, rows, &acts, st, m, &mut out, os);
+            for r in 0..rows {
+                for j in 0..m {
+                    let want = vec_dot(F32, n, &w[r * ws..r * ws + 4 * n], &acts[j * st..j * st + 4 * n]);
+                    let got = out[r * os + j];
+                    assert_eq!(got.to_bits(), want.to_bits(), "n={n} rows={rows} m={m} r={r} j={j}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}

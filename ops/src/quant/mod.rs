@@ -81,6 +81,8 @@ mod x86_amx;
 #[cfg(target_arch = "x86_64")]
 pub use x86_amx::has_amx;
 #[cfg(target_arch = "x86_64")]
+mod x86_f32;
+#[cfg(target_arch = "x86_64")]
 mod x86_fused16;
 #[cfg(target_arch = "x86_64")]
 mod x86_fused8;

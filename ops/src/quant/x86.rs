@@ -127,6 +127,18 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         i += 32;
     }
+    // SAFETY: AVX2/FMA enabled here; i = the elements the loop above consumed.
+    unsafe { dot_f32_tail(acc, i, n, w, a) }
+}
+
+/// The rest of [`dot_f32`] after its 32-element steps (`acc`: the four accumulators,
+/// lane l of `acc[k]` the sum of elements 32s + 8k + l; `i`: the elements done): the
+/// 8-element steps into `acc[0]`, the reduction, the scalar tail. The multi-token F32
+/// kernel (`x86_f32`) ends every pair here, so it is bitwise this function.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_f32_tail(mut acc: [__m256; 4], mut i: usize, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
     while i + 8 <= n {
         // SAFETY: i + 8 <= n elements.
         let (x, y) = unsafe { (_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i))) };

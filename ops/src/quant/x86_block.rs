@@ -26,6 +26,11 @@ pub fn vec_dot_block(
     out: &mut [f32],
     ostride: usize,
 ) -> bool {
+    if w_ty == GgmlType::F32 && m > 1 && super::avx512_available() && has_avx2() {
+        // SAFETY: AVX-512 F (and AVX2 / FMA) detected; the caller checked every row.
+        unsafe { super::x86_f32::block(n, w, wstride, rows, a, astride, m, out, ostride) };
+        return true;
+    }
     if !has_avx2() || !has_tile(w_ty) || m == 0 {
         return false;
     }
