@@ -79,6 +79,8 @@ mod x86_pack16;
 #[cfg(target_arch = "x86_64")]
 mod x86_amx;
 #[cfg(target_arch = "x86_64")]
+mod x86_amx_split;
+#[cfg(target_arch = "x86_64")]
 pub use x86_amx::has_amx;
 #[cfg(target_arch = "x86_64")]
 mod x86_f32;

@@ -11,7 +11,9 @@
 //!   activations × unsigned codes) per 32-element sub-block, each accumulator row scaled
 //!   by the sub-block's scales (`vpmulld`, as `dot16`) and summed;
 //! - split (Q4_K / Q5_K): the scales folded into the codes in two parts ([`Split`]), a
-//!   super-block in 8 full-size products and two accumulators;
+//!   super-block in 8 full-size products and two accumulators; two token tiles a pass
+//!   where there are 32 tokens (`products16_split2`: each `B` load shared, four
+//!   independent accumulators);
 //! - digits (Q6_K): the signed scales as base-4 digits ([`Digits`]), `tdpbssd`, four
 //!   accumulators.
 //! Integer sums are exact in any order, so every lane is bitwise the single-row kernel's
@@ -26,6 +28,7 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, Split};
 use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -201,138 +204,6 @@ unsafe fn isums16(pk: &Packed16, y: *const u8, astride: usize, buf: [&mut [i32; 
                 }
             }
             scale_add(buf[s % 2], pk.sc[s], &mut isum);
-        }
-    }
-    isum
-}
-
-/// A packed Q4_K / Q5_K super-block with the scales folded into the codes, in two parts:
-/// scale = 2^SHIFT·hi + lo (Q4_K: SHIFT 4, codes < 16; Q5_K: SHIFT 3, codes < 32), so
-/// that code·lo and code·hi are bytes (< 256) and a whole super-block (4 tile products
-/// of 64 elements per part) sums in the accumulators: `isum` = (C_hi << SHIFT) + C_lo,
-/// the same exact integer as Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-pub struct Split {
-    hi: [__m512i; 64],
-    lo: [__m512i; 64],
-}
-
-/// `pk`'s codes times the two parts of each sub-block's scale (lane r = row r) into `out`.
-#[inline(always)]
-unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
-    // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the codes
-    // with (part, 0) i16 pairs gives the even bytes' products, with (0, part) the odd
-    // ones', each < 256 in its word (no saturation).
-    unsafe {
-        let low = _mm512_set1_epi32((1 << SHIFT) - 1);
-        for s in 0..8 {
-            let sc = pk.sc[s];
-            let parts = [_mm512_srli_epi32::<SHIFT>(sc), _mm512_and_si512(sc, low)];
-            for (pi, &p) in parts.iter().enumerate() {
-                let even = _mm512_or_si512(p, _mm512_slli_epi32::<16>(p));
-                let odd = _mm512_slli_epi16::<8>(even);
-                let dst = if pi == 0 { &mut out.hi } else { &mut out.lo };
-                for g in 0..8 {
-                    let w = pk.w[8 * s + g];
-                    let e = _mm512_maddubs_epi16(w, even);
-                    let o = _mm512_maddubs_epi16(w, odd);
-                    dst[8 * s + g] = _mm512_or_si512(e, _mm512_slli_epi16::<8>(o));
-                }
-            }
-        }
-    }
-}
-
-/// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
-/// `y + j·astride`: 8 tile products of 64 elements, two stores.
-#[inline(always)]
-unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
-    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
-    // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
-    // `hi/lo[16c..]`.
-    unsafe {
-        let q = y.add(Q8_K_QS);
-        let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
-        macro_rules! chunk {
-            ($c:expr, $ta:literal, $th:literal, $tl:literal) => {
-                asm!(
-                    "tileloadd tmm{ta}, [{a} + {s}*1]",
-                    "tileloadd tmm{th}, [{h} + {bs}*1]",
-                    "tileloadd tmm{tl}, [{l} + {bs}*1]",
-                    "tdpbsud tmm0, tmm{ta}, tmm{th}",
-                    "tdpbsud tmm1, tmm{ta}, tmm{tl}",
-                    ta = const $ta, th = const $th, tl = const $tl,
-                    a = in(reg) q.add(64 * $c), s = in(reg) astride,
-                    h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
-                    options(nostack),
-                )
-            };
-        }
-        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
-        chunk!(0, 2, 4, 5);
-        chunk!(1, 3, 6, 7);
-        chunk!(2, 2, 4, 5);
-        chunk!(3, 3, 6, 7);
-        asm!(
-            "tilestored [{c0} + {bs}*1], tmm0",
-            "tilestored [{c1} + {bs}*1], tmm1",
-            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(), bs = in(reg) 64usize,
-            options(nostack),
-        );
-        split_isums::<SHIFT>(buf[0], buf[1])
-    }
-}
-
-/// [`isums16_split`] for two token tiles at once (blocks at `y` and `y2`): each chunk's two
-/// `B` tiles loaded once for both, four independent accumulators (the single tile's two
-/// chained accumulators wait on each product's latency). Tiles: C tmm0..tmm3 (tile 1 hi,
-/// lo, tile 2 hi, lo), A tmm4 / tmm5, B tmm6 / tmm7; all four C stored into `buf`.
-#[inline(always)]
-unsafe fn products16_split2(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) {
-    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
-    // blocks at y and at y2; chunk c's activations are at `+ Q8_K_QS + 64c`.
-    unsafe {
-        let (q, q2) = (y.add(Q8_K_QS), y2.add(Q8_K_QS));
-        let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
-        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
-        for c in 0..4 {
-            asm!(
-                "tileloadd tmm6, [{h} + {bs}*1]",
-                "tileloadd tmm7, [{l} + {bs}*1]",
-                "tileloadd tmm4, [{a} + {s}*1]",
-                "tdpbsud tmm0, tmm4, tmm6",
-                "tdpbsud tmm1, tmm4, tmm7",
-                "tileloadd tmm5, [{a2} + {s}*1]",
-                "tdpbsud tmm2, tmm5, tmm6",
-                "tdpbsud tmm3, tmm5, tmm7",
-                a = in(reg) q.add(64 * c), a2 = in(reg) q2.add(64 * c), s = in(reg) astride,
-                h = in(reg) hi.add(16 * c), l = in(reg) lo.add(16 * c), bs = in(reg) 64usize,
-                options(nostack),
-            );
-        }
-        asm!(
-            "tilestored [{c0} + {bs}*1], tmm0",
-            "tilestored [{c1} + {bs}*1], tmm1",
-            "tilestored [{c2} + {bs}*1], tmm2",
-            "tilestored [{c3} + {bs}*1], tmm3",
-            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
-            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
-            options(nostack),
-        );
-    }
-}
-
-/// `isum[j]` = (hi row j << SHIFT) + lo row j: a split tile pair's exact integers.
-#[inline(always)]
-unsafe fn split_isums<const SHIFT: u32>(hi: &[i32; 256], lo: &[i32; 256]) -> [__m512i; 16] {
-    let mut isum = [_mm512_setzero_si512(); 16];
-    for (j, is) in isum.iter_mut().enumerate() {
-        // SAFETY: 16 readable i32 at row j of each; AVX-512 enabled in every caller.
-        unsafe {
-            let h = _mm512_loadu_si512(hi[16 * j..].as_ptr() as *const _);
-            let l = _mm512_loadu_si512(lo[16 * j..].as_ptr() as *const _);
-            *is = _mm512_add_epi32(_mm512_slli_epi32::<SHIFT>(h), l);
         }
     }
     isum
