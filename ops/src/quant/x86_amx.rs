@@ -164,6 +164,23 @@ pub(super) unsafe fn tile_issue<const P: usize, const SIGNED: bool>(a: *const u8
     }
 }
 
+/// The four accumulators tmm0..tmm3 (16 × 16 i32 each) into `buf[0..4]`.
+#[inline(always)]
+pub(super) unsafe fn store4(buf: &mut [[i32; 256]; 4]) {
+    // SAFETY: 4 KB writable at buf; the tiles configured (the caller).
+    unsafe {
+        asm!(
+            "tilestored [{c0} + {bs}*1], tmm0",
+            "tilestored [{c1} + {bs}*1], tmm1",
+            "tilestored [{c2} + {bs}*1], tmm2",
+            "tilestored [{c3} + {bs}*1], tmm3",
+            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
+            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
+            options(nostack),
+        );
+    }
+}
+
 /// Tile pair `P`'s C (16 × 16 i32) into `c`.
 #[inline(always)]
 pub(super) unsafe fn tile_store<const P: usize>(c: *mut [i32; 256]) {
@@ -279,15 +296,7 @@ unsafe fn isums16_digits(dg: &Digits, y: *const u8, astride: usize, buf: &mut [[
                 options(nostack),
             );
         }
-        asm!(
-            "tilestored [{c0} + {bs}*1], tmm0",
-            "tilestored [{c1} + {bs}*1], tmm1",
-            "tilestored [{c2} + {bs}*1], tmm2",
-            "tilestored [{c3} + {bs}*1], tmm3",
-            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
-            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
-            options(nostack),
-        );
+        store4(buf);
         for (j, is) in isum.iter_mut().enumerate() {
             let ld = |i: usize| _mm512_loadu_si512(buf[i][16 * j..].as_ptr() as *const _);
             let v = _mm512_add_epi32(_mm512_slli_epi32::<2>(ld(3)), ld(2));

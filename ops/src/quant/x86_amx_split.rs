@@ -114,15 +114,7 @@ pub(super) unsafe fn products16_split2(sp: &Split, y: *const u8, y2: *const u8, 
                 options(nostack),
             );
         }
-        asm!(
-            "tilestored [{c0} + {bs}*1], tmm0",
-            "tilestored [{c1} + {bs}*1], tmm1",
-            "tilestored [{c2} + {bs}*1], tmm2",
-            "tilestored [{c3} + {bs}*1], tmm3",
-            c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(),
-            c2 = in(reg) buf[2].as_mut_ptr(), c3 = in(reg) buf[3].as_mut_ptr(), bs = in(reg) 64usize,
-            options(nostack),
-        );
+        super::x86_amx::store4(buf);
     }
 }
 
