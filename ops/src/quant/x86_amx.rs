@@ -421,7 +421,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         if let Some((p, len)) = next {
             let mut off = 0;
             while off < len {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(off) as *const i8);
+                super::x86::prefetch_l2(p.wrapping_add(off));
                 off += 64;
             }
         }

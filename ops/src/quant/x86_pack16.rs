@@ -370,7 +370,7 @@ unsafe fn dot16<const F: u8, const M: usize>(
             let mut off = start;
             while off < (start + per_step).min(pf_len) {
                 // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
+                super::x86::prefetch_l2(pf_at.add(off));
                 off += 64;
             }
             for (j, is) in isum.iter_mut().enumerate() {

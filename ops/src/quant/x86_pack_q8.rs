@@ -280,7 +280,7 @@ pub(super) fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize
     let mut off = i * per_block;
     while off < ((i + 1) * per_block).min(len) {
         // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8) };
+        super::x86::prefetch_l2(at.wrapping_add(off));
         off += 64;
     }
 }
