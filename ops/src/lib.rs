@@ -6,10 +6,13 @@
 //! - [`Op`]: the typed ops a graph is made of, with shape inference ([`op`]).
 //! - [`Tensor`], [`WeightView`]: activations and zero-copy weight views ([`tensor`]).
 //! - [`state`]: per-layer sequence state (KV cache, conv state, delta-rule state).
+//! - [`math`]: the project's own f32 `exp` (and silu, sigmoid): the same bits in every
+//!   backend and vector width.
 //! - [`reference`]: a plain f32 reference kernel for every op — the oracle every
 //!   backend is tested against.
 
 pub mod dtype;
+pub mod math;
 pub mod op;
 pub mod quant;
 pub mod reference;

@@ -30,10 +30,12 @@ pub fn unary_into(ins: &[Value<'_>], _out: &TensorMeta, op: UnaryOp, y: &mut [f3
     let x = act_f32(OP, &ins[0])?;
     len_check(OP, x.len(), y.len())?;
     y.copy_from_slice(x);
-    par::rows(y, FLAT, 8 * FLAT, |_, r| {
-        for v in r.iter_mut() {
-            *v = un(op, *v);
-        }
+    par::rows(y, FLAT, 8 * FLAT, |_, r| match op {
+        // vectorized, the same bits as the scalar functions (pn_ops::math)
+        UnaryOp::Silu => pn_ops::math::silu_in_place(r),
+        UnaryOp::Sigmoid => pn_ops::math::sigmoid_in_place(r),
+        UnaryOp::Exp => pn_ops::math::exp_in_place(r),
+        _ => r.iter_mut().for_each(|v| *v = un(op, *v)),
     });
     Ok(())
 }

@@ -8,7 +8,7 @@
 use crate::matmul::{dot_rows, quantize_rows_to};
 use crate::par;
 use pn_ops::reference::common::{
-    act_f32, act_format, act_i32, out_f32, out_i32, silu, topk_before, MOE_MIN_WEIGHT_SUM,
+    act_f32, act_format, act_i32, out_f32, out_i32, topk_before, MOE_MIN_WEIGHT_SUM,
 };
 use pn_ops::reference::moe::ExpertSet;
 use pn_ops::{OpError, Tensor, TensorMeta, Value};
@@ -312,8 +312,10 @@ fn moe_block(
             let mut h = h.borrow_mut();
             h.resize(2 * f * n, 0.0);
             let (hc, hr) = h.split_at_mut(f * n);
-            for ((o, &gv), &uv) in hc.iter_mut().zip(&g[..f * n]).zip(&g[f * n..]) {
-                *o = silu(gv) * uv;
+            hc.copy_from_slice(&g[..f * n]);
+            pn_ops::math::silu_in_place(hc);
+            for (o, &uv) in hc.iter_mut().zip(&g[f * n..]) {
+                *o *= uv;
             }
             par::transpose(hc, f, n, hr);
             for (li, qr) in q.chunks_mut(drb).enumerate() {

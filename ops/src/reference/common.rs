@@ -268,17 +268,10 @@ pub fn token_positions<'a>(op: &'static str, pos: &'a [i32], t: usize) -> Result
 #[allow(clippy::excessive_precision)]
 pub const MOE_MIN_WEIGHT_SUM: f32 = 6.103515625e-5;
 
-/// x / (1 + exp(-x))
-#[inline]
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-/// 1 / (1 + exp(-x))
-#[inline]
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
-}
+/// x / (1 + exp(-x)) ([`crate::math::exp`]: the same bits as every backend's).
+pub use crate::math::silu;
+/// 1 / (1 + exp(-x)).
+pub use crate::math::sigmoid;
 
 /// x > 20 ? x : ln(1 + exp(x))
 #[inline]
@@ -286,7 +279,7 @@ pub fn softplus(x: f32) -> f32 {
     if x > 20.0 {
         x
     } else {
-        (1.0 + x.exp()).ln()
+        (1.0 + crate::math::exp(x)).ln()
     }
 }
 
@@ -297,7 +290,7 @@ pub fn unary(op: crate::UnaryOp, x: f32) -> f32 {
         crate::UnaryOp::Silu => silu(x),
         crate::UnaryOp::Sigmoid => sigmoid(x),
         crate::UnaryOp::Softplus => softplus(x),
-        crate::UnaryOp::Exp => x.exp(),
+        crate::UnaryOp::Exp => crate::math::exp(x),
         crate::UnaryOp::Scale(s) => x * s,
     }
 }
