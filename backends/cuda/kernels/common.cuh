@@ -80,7 +80,28 @@ __device__ __forceinline__ float block_max_f(float v, float* sh) {
     return warp_max_f(v);
 }
 
+// pn_ops::math::exp, operation for operation (--fmad=false: nothing fused but the fmaf):
+// n = rint(x·log2 e), r = x − n·ln 2 (two fmaf), Taylor-7 of e^r in Horner form, 2^n in
+// two exact halves. The constants are the Rust f32 constants' bits.
+__device__ __forceinline__ float pn_exp_f(float x) {
+    if (isnan(x)) return x;
+    float xc = fminf(fmaxf(x, -104.0f), 89.0f);
+    float n = rintf(xc * __int_as_float(0x3fb8aa3b));
+    float r = fmaf(-n, __int_as_float(0x3f317200), xc);
+    r = fmaf(-n, __int_as_float(0x35bfbe8e), r);
+    float p = __int_as_float(0x39500d01);                 // 1/7!
+    p = fmaf(p, r, __int_as_float(0x3ab60b61));           // 1/6!
+    p = fmaf(p, r, __int_as_float(0x3c088889));           // 1/5!
+    p = fmaf(p, r, __int_as_float(0x3d2aaaab));           // 1/4!
+    p = fmaf(p, r, __int_as_float(0x3e2aaaab));           // 1/3!
+    p = fmaf(p, r, 0.5f);
+    p = fmaf(p, r, 1.0f);
+    p = fmaf(p, r, 1.0f);
+    int k = (int)n, k1 = k >> 1, k2 = k - k1;
+    return p * __int_as_float((k1 + 127) << 23) * __int_as_float((k2 + 127) << 23);
+}
+
 // Scalar functions of spec §5 (same formulas as pn_ops::reference::common).
-__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + expf(x)); }
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + pn_exp_f(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + pn_exp_f(-x)); }
+__device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : logf(1.0f + pn_exp_f(x)); }

@@ -10,7 +10,7 @@ extern "C" __global__ void unary_f32(const float* __restrict__ x, float* __restr
         case 0: v = silu_f(v); break;
         case 1: v = sigmoid_f(v); break;
         case 2: v = softplus_f(v); break;
-        case 3: v = expf(v); break;
+        case 3: v = pn_exp_f(v); break;
         default: v = v * s; break;
     }
     y[i] = v;
