@@ -237,7 +237,7 @@ extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __rest
     m = block_max_f(m, shf);
     double sum = 0.0;
     for (int j = lo + threadIdx.x; j <= p; j += blockDim.x) {
-        float e = expf(s[j - lo] - m);
+        float e = pn_exp_f(s[j - lo] - m);
         s[j - lo] = e;
         sum += (double)e;
     }

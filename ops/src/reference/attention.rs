@@ -74,7 +74,7 @@ pub fn attention(
                 }
                 let mut sum = 0.0f64;
                 for x in s.iter_mut() {
-                    *x = (*x - m).exp();
+                    *x = crate::math::exp(*x - m);
                     sum += *x as f64;
                 }
                 let inv = (1.0 / sum) as f32;

@@ -130,9 +130,9 @@ pub(super) fn softmax(s: &mut [f32], st: usize, a: usize, b: usize, inv: &mut [f
                 m = v;
             }
         }
-        for v in x.iter_mut() {
-            *v = (*v - m).exp();
-        }
+        // exp(x − max), vectorized (pn_ops::math: the reference's and CUDA's bits)
+        x.iter_mut().for_each(|v| *v -= m);
+        pn_ops::math::exp_in_place(x);
     }
     let mut r0 = 0;
     while r0 + 8 <= inv.len() {
