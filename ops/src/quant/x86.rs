@@ -105,6 +105,17 @@ pub(super) fn prefetch_l2(p: *const u8) {
     unsafe { _mm_prefetch::<_MM_HINT_T1>(p as *const i8) }
 }
 
+/// [`prefetch_l2`] of every 64-byte line of bytes `from..to` at `at` (the window of the
+/// next rows' weights a kernel step takes on).
+#[inline(always)]
+pub(super) fn prefetch_l2_range(at: *const u8, from: usize, to: usize) {
+    let mut off = from;
+    while off < to {
+        prefetch_l2(at.wrapping_add(off));
+        off += 64;
+    }
+}
+
 /// Horizontal sum of 8 f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -419,11 +419,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         let buf = &mut sc.c[0];
         // the next rows load while the first token tile computes
         if let Some((p, len)) = next {
-            let mut off = 0;
-            while off < len {
-                super::x86::prefetch_l2(p.wrapping_add(off));
-                off += 64;
-            }
+            super::x86::prefetch_l2_range(p, 0, len);
         }
         let pairs = split_shift > 0 && super::x86_block::knob(super::x86_block::KNOB_AMX_PAIRS, 1) != 0;
         let mut t0 = 0;

@@ -18,15 +18,10 @@ use std::arch::x86_64::*;
 /// 6-token kernels ran at a third of `x86_pack16`'s speed).
 pub const MAX_FUSED: usize = 4;
 
-/// Prefetches `len` bytes at `at + off` into L2 (a prefetch never faults).
+/// Step `k`'s share of the prefetch window `pf` (pointer, bytes per step) into L2.
 #[inline(always)]
-unsafe fn prefetch(at: *const u8, off: usize, len: usize) {
-    let mut o = off;
-    while o < off + len {
-        // SAFETY: a prefetch is a hint; it never faults.
-        super::x86::prefetch_l2(at.wrapping_add(o));
-        o += 64;
-    }
+fn prefetch_step(pf: (*const u8, usize), k: usize) {
+    super::x86::prefetch_l2_range(pf.0, k * pf.1, (k + 1) * pf.1);
 }
 
 /// The integer sums of super-block `src` (16 rows) with `M` tokens' Q8_K
@@ -60,7 +55,7 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                 let q = [src.raw::<F>(64 * half), src.raw::<F>(64 * half + 32)];
                 let h = src.raw::<F>(128 + 32 * half);
                 for k in 0..4 {
-                    prefetch(pf.0, (4 * half + k) * pf.1, pf.1);
+                    prefetch_step(pf, 4 * half + k);
                     // element vectors 8·cb + g; sub-block 2·cb + g / 4
                     let cb = 4 * half + k;
                     let mut acc = [[z; M]; 2];
@@ -93,7 +88,7 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
             // elements 0..16 of each, high 16..32; codes through the table (+128)
             let t = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4NL_U8.as_ptr() as *const __m128i));
             for p in 0..4 {
-                prefetch(pf.0, p * pf.1, pf.1);
+                prefetch_step(pf, p);
                 let v = src.raw::<F>(8 + 32 * p);
                 let (mut a0, mut a1) = ([z; M], [z; M]);
                 for g in 0..4 {
@@ -125,7 +120,7 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
             let qh = if F == Q5K { src.raw::<F>(16) } else { [z; 8] };
             let one = _mm512_set1_epi8(1);
             for c in 0..4 {
-                prefetch(pf.0, c * pf.1, pf.1);
+                prefetch_step(pf, c);
                 let q = src.raw::<F>(qs_off + 32 * c);
                 let (mut al, mut ah) = ([z; M], [z; M]);
                 for g in 0..8 {

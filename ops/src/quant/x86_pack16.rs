@@ -367,12 +367,7 @@ unsafe fn dot16<const F: u8, const M: usize>(
         for s in 0..ns {
             let scv = pk.sc[s];
             let start = (i * ns + s) * per_step;
-            let mut off = start;
-            while off < (start + per_step).min(pf_len) {
-                // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-                super::x86::prefetch_l2(pf_at.add(off));
-                off += 64;
-            }
+            super::x86::prefetch_l2_range(pf_at, start, (start + per_step).min(pf_len));
             for (j, is) in isum.iter_mut().enumerate() {
                 // SAFETY (this block): token j's block i is Q8_K_BYTES at y; the qs
                 // bytes read are 4 + (s·gs + g)·4 + 4 <= 260.

@@ -277,12 +277,7 @@ pub unsafe fn prepare(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mu
 pub(super) fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
     let Some((at, len)) = pf else { return };
     let per_block = len.div_ceil(nb).next_multiple_of(64);
-    let mut off = i * per_block;
-    while off < ((i + 1) * per_block).min(len) {
-        // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-        super::x86::prefetch_l2(at.wrapping_add(off));
-        off += 64;
-    }
+    super::x86::prefetch_l2_range(at, i * per_block, ((i + 1) * per_block).min(len));
 }
 
 /// Tokens a kernel pass takes (its float accumulators stay in registers).
