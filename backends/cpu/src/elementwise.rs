@@ -4,7 +4,7 @@
 use crate::norm::len_check;
 use crate::par;
 use crate::norm::with_f32;
-use pn_ops::reference::common::{act_f32, binary as bin, out_f32, unary as un};
+use pn_ops::reference::common::{act_f32, out_f32, unary as un};
 use pn_ops::{BinaryOp, OpError, Tensor, TensorMeta, UnaryOp, Value};
 
 /// Elements per parallel row for flat element-wise loops.
@@ -69,13 +69,52 @@ fn binary_rows(
         let brow = ((i3 % b3) * b2 + i2 % b2) * b1 + i1 % b1;
         let bb = &b[brow * b0..(brow + 1) * b0];
         let ar = &a[row * a0..(row + 1) * a0];
-        for (yc, ac) in yr.chunks_mut(b0).zip(ar.chunks(b0)) {
-            for ((y, &x), &w) in yc.iter_mut().zip(ac).zip(bb) {
-                *y = bin(op, x, w);
+        match op {
+            BinaryOp::Add => zip_row(yr, ar, bb, |x, w| x + w),
+            BinaryOp::Mul => zip_row(yr, ar, bb, |x, w| x * w),
+            // silu(a) · b: the vectorized silu (pn_ops::math, the same bits as the scalar
+            // one), then the product, one rounding each as `bin` does
+            BinaryOp::SwiGlu => {
+                yr.copy_from_slice(ar);
+                pn_ops::math::silu_in_place(yr);
+                mul_row_in_place(yr, bb);
             }
         }
     });
     Ok(())
+}
+
+/// `y[i] = f(a[i], b[i mod b.len()])` over one row (`b` repeats along it), with the two
+/// common shapes (`b` one value, or as long as the row) as plain loops the compiler
+/// vectorizes.
+#[inline(always)]
+fn zip_row(y: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
+    if let [w] = *b {
+        for (y, &x) in y.iter_mut().zip(a) {
+            *y = f(x, w);
+        }
+    } else if b.len() == a.len() {
+        for ((y, &x), &w) in y.iter_mut().zip(a).zip(b) {
+            *y = f(x, w);
+        }
+    } else {
+        for (yc, ac) in y.chunks_mut(b.len()).zip(a.chunks(b.len())) {
+            for ((y, &x), &w) in yc.iter_mut().zip(ac).zip(b) {
+                *y = f(x, w);
+            }
+        }
+    }
+}
+
+/// `y[i] *= b[i mod b.len()]`, shaped as [`zip_row`].
+fn mul_row_in_place(y: &mut [f32], b: &[f32]) {
+    if let [w] = *b {
+        y.iter_mut().for_each(|v| *v *= w);
+    } else {
+        for yc in y.chunks_mut(b.len()) {
+            yc.iter_mut().zip(b).for_each(|(v, &w)| *v *= w);
+        }
+    }
 }
 
 pub fn slice_cols(

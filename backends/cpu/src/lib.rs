@@ -19,6 +19,7 @@ mod norm;
 mod par;
 mod rope;
 mod scratch;
+mod transpose;
 
 use pn_engine::{f32_out, i32_out, store_into, HostKernels, HostMem};
 use pn_ops::reference::common::{validate, validate_state};

@@ -59,27 +59,14 @@ where
     }
 }
 
-/// Cache-blocked transpose: `dst[c·rows + r] = src[r·cols + c]` (`src` is rows × cols),
-/// in parallel over blocks of `dst` rows when large enough (a pure copy: no arithmetic).
+/// `dst[c·rows + r] = src[r·cols + c]` (`src` is rows × cols), in parallel over blocks of
+/// `dst` rows when large enough (a pure copy: no arithmetic).
 pub fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
     const B: usize = 32;
     if rows == 0 || cols == 0 {
         return;
     }
-    debug_assert!(src.len() >= rows * cols && dst.len() >= rows * cols);
-    let run = |cb: usize, d: &mut [f32]| {
-        let c0 = cb * B;
-        let nc = d.len() / rows;
-        for r0 in (0..rows).step_by(B) {
-            let r1 = (r0 + B).min(rows);
-            for c in 0..nc {
-                let drow = &mut d[c * rows..(c + 1) * rows];
-                for r in r0..r1 {
-                    drow[r] = src[r * cols + c0 + c];
-                }
-            }
-        }
-    };
+    let run = |b: usize, d: &mut [f32]| crate::transpose::columns(src, rows, cols, b * B, d.len() / rows, d);
     let dst = &mut dst[..rows * cols];
     if rows * cols < SERIAL_WORK || outside_pool() {
         dst.chunks_mut(B * rows).enumerate().for_each(|(b, d)| run(b, d));

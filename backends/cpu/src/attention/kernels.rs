@@ -192,7 +192,7 @@ pub(super) fn transpose<const AVX: bool>(rows: &[f32], n: usize, d: usize, kt: &
         while i0 + 8 <= d {
             // SAFETY: rows i0..i0+8 of the 8 cells and of kt are in bounds (assert above);
             // AVX is only set by the caller that checked for AVX2.
-            unsafe { transpose8(rows.as_ptr().add(i0), d, kt.as_mut_ptr().add(i0 * CB)) };
+            unsafe { crate::transpose::transpose8(rows.as_ptr().add(i0), d, kt.as_mut_ptr().add(i0 * CB), CB) };
             i0 += 8;
         }
     }
@@ -200,30 +200,5 @@ pub(super) fn transpose<const AVX: bool>(rows: &[f32], n: usize, d: usize, kt: &
         for c in 0..CB {
             kt[i * CB + c] = if c < n { rows[c * d + i] } else { 0.0 };
         }
-    }
-}
-
-/// dst[i·8 + c] = src[c·stride + i] for i, c < 8.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn transpose8(src: *const f32, stride: usize, dst: *mut f32) {
-    use std::arch::x86_64::*;
-    // no closures here: they would not inherit the caller's AVX2 (the loads would not inline)
-    let mut r = [_mm256_setzero_ps(); 8];
-    for (c, x) in r.iter_mut().enumerate() {
-        *x = _mm256_loadu_ps(src.add(c * stride));
-    }
-    let (t0, t1) = (_mm256_unpacklo_ps(r[0], r[1]), _mm256_unpackhi_ps(r[0], r[1]));
-    let (t2, t3) = (_mm256_unpacklo_ps(r[2], r[3]), _mm256_unpackhi_ps(r[2], r[3]));
-    let (t4, t5) = (_mm256_unpacklo_ps(r[4], r[5]), _mm256_unpackhi_ps(r[4], r[5]));
-    let (t6, t7) = (_mm256_unpacklo_ps(r[6], r[7]), _mm256_unpackhi_ps(r[6], r[7]));
-    let (u0, u1) = (_mm256_shuffle_ps::<0x44>(t0, t2), _mm256_shuffle_ps::<0xEE>(t0, t2));
-    let (u2, u3) = (_mm256_shuffle_ps::<0x44>(t1, t3), _mm256_shuffle_ps::<0xEE>(t1, t3));
-    let (u4, u5) = (_mm256_shuffle_ps::<0x44>(t4, t6), _mm256_shuffle_ps::<0xEE>(t4, t6));
-    let (u6, u7) = (_mm256_shuffle_ps::<0x44>(t5, t7), _mm256_shuffle_ps::<0xEE>(t5, t7));
-    let cols = [(u0, u4), (u1, u5), (u2, u6), (u3, u7)];
-    for (i, &(lo, hi)) in cols.iter().enumerate() {
-        _mm256_storeu_ps(dst.add(i * 8), _mm256_permute2f128_ps::<0x20>(lo, hi));
-        _mm256_storeu_ps(dst.add((i + 4) * 8), _mm256_permute2f128_ps::<0x31>(lo, hi));
     }
 }
