@@ -144,3 +144,39 @@ fn snapshot_keeps_only_used_cells_and_restores() {
         assert!(LayerState::Kv(KvCache::with_type(hkv, d, 1024, wrong)).restore(&snap).is_err());
     }
 }
+
+#[test]
+fn read_cells_decodes_what_read_decodes_cell_by_cell() {
+    let (hkv, d) = (2, 64);
+    for ty in [KvType::F32, KvType::F16, KvType::Q8_0, KvType::Q4_0] {
+        for (sink, window) in [(0, 0), (4, 64), (1, 3), (0, 16)] {
+            for (cap, ring, n) in [(300, false, 300), (96, true, 400)] {
+                let mut kv = KvCache::with_shadows(hkv, d, cap, ty, sink, window);
+                kv.ring = ring;
+                for p in 0..n {
+                    let (k, v) = (data(hkv * d, 7 + p as u32), data(hkv * d, 90_001 + p as u32));
+                    for g in 0..hkv {
+                        kv.write(g, p, &k[g * d..(g + 1) * d], &v[g * d..(g + 1) * d]);
+                    }
+                    // every query position once its cells are written, a few runs each
+                    if p % 7 != 3 && p + 1 != n {
+                        continue;
+                    }
+                    let lo = kv.first_visible(p);
+                    for (j0, len) in [(lo, p + 1 - lo), (p + 1 - (p + 1 - lo).min(9), (p + 1 - lo).min(9)), ((lo + p) / 2, 1)] {
+                        for (g, key) in [(0, true), (1, false)] {
+                            let mut got = vec![f32::NAN; len * d];
+                            kv.read_cells(key, g, j0, len, p, &mut got);
+                            let mut want = vec![f32::NAN; len * d];
+                            for (c, r) in want.chunks_exact_mut(d).enumerate() {
+                                kv.read(key, g, j0 + c, p, r);
+                            }
+                            let same = got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits());
+                            assert!(same, "{ty:?} sink {sink} window {window} cap {cap} ring {ring}: cells {j0}+{len} at {p}, head {g}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

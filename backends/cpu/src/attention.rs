@@ -70,13 +70,9 @@ fn cells<'a>(kv: &'a KvCache, key: bool, g: usize, j0: usize, n: usize, p: usize
         let b = kv.cell(g, j0);
         return if key { &kv.k[b..b + n * d] } else { &kv.v[b..b + n * d] };
     }
-    for (c, r) in buf[..n * d].chunks_exact_mut(d).enumerate() {
-        if j0 + c <= p {
-            kv.read(key, g, j0 + c, p, r);
-        } else {
-            r.fill(0.0);
-        }
-    }
+    let seen = (p + 1).saturating_sub(j0).min(n);
+    kv.read_cells(key, g, j0, seen, p, &mut buf[..seen * d]);
+    buf[seen * d..n * d].fill(0.0);
     &buf[..n * d]
 }
 

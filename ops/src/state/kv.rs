@@ -267,3 +267,48 @@ pub fn from_f16(src: &[u16], out: &mut [f32]) {
         *o = f16_bits_to_f32(b);
     }
 }
+
+impl super::KvCache {
+    /// Positions `j0..j0 + n` (all ≤ `p`) of K (`key`) or V, KV head `g`, as a query at
+    /// `p` reads them, into `out` (`[n][head_dim]`): exactly what `n` calls of
+    /// [`super::KvCache::read`] decode (the same conversions, element by element), but
+    /// each run of cells stored side by side (sink shadows, window-ring slots up to the
+    /// ring's end, main cells up to the window or the ring's wrap) in one call.
+    pub fn read_cells(&self, key: bool, g: usize, j0: usize, n: usize, p: usize, out: &mut [f32]) {
+        let d = self.head_dim;
+        let s = &self.shadow;
+        let end = j0 + n;
+        assert!(end <= p + 1 && out.len() >= n * d, "read_cells: positions {j0}..{end} for a query at {p}");
+        // the first position read from the window shadow (`source`: j + window > p)
+        let w0 = if s.window > 0 { (p + 1).saturating_sub(s.window) } else { usize::MAX };
+        let mut j = j0;
+        while j < end {
+            let o = &mut out[(j - j0) * d..];
+            let m = if j < s.sink {
+                let m = s.sink.min(end) - j;
+                let a = (g * s.sink + j) * d;
+                from_f16(&(if key { &s.k_sink } else { &s.v_sink })[a..a + m * d], &mut o[..m * d]);
+                m
+            } else if j >= w0 {
+                let slot = j % s.slots;
+                let m = (end - j).min(s.slots - slot);
+                let a = (g * s.slots + slot) * d;
+                from_f16(&(if key { &s.k_win } else { &s.v_win })[a..a + m * d], &mut o[..m * d]);
+                m
+            } else {
+                let cell = self.main_cell(j);
+                let m = end.min(w0).min(j + self.capacity - cell) - j;
+                let c = g * self.capacity + cell;
+                if self.ty == KvType::F32 {
+                    o[..m * d].copy_from_slice(&(if key { &self.k } else { &self.v })[c * d..(c + m) * d]);
+                } else {
+                    let rb = self.ty.row_bytes(d);
+                    decode_row(self.ty, &(if key { &self.kq } else { &self.vq })[c * rb..(c + m) * rb], &mut o[..m * d]);
+                }
+                m
+            };
+            debug_assert!(m > 0, "every branch reads at least position j");
+            j += m;
+        }
+    }
+}
