@@ -2,6 +2,8 @@
 //! bytes) plus capture counters and the step's host ↔ device copies ([`Moves`]); 2 = also a per-op-kind timing table (count, total,
 //! mean, % of step time), printed when the runner is dropped (so `pn run` shows one table
 //! for the whole generation); 3 = also a value summary line per executed op.
+//! `PN_PROFILE=nodes` (with `PN_DEBUG≥2`) splits the timing table by node name with the
+//! layer indices taken out (`MatMul blk.ffn_up_shexp`: that projection in every layer).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -15,6 +17,35 @@ pub fn level_from_env() -> u8 {
         .ok()
         .and_then(|v| v.trim().parse::<u8>().ok())
         .unwrap_or(0)
+}
+
+/// Whether `PN_PROFILE=nodes` asks for the timing table by node (read once).
+pub fn profile_by_node() -> bool {
+    static BY_NODE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BY_NODE.get_or_init(|| std::env::var("PN_PROFILE").is_ok_and(|v| v.trim() == "nodes"))
+}
+
+/// The timing table's row for an op: its kind, or with [`profile_by_node`] the kind and
+/// the node's name without its digits (every layer's copy of a node shares one row).
+/// Names are interned: one leaked string per distinct row, bounded by the graph's names.
+pub fn op_row(kind: &'static str, name: &str) -> &'static str {
+    if !profile_by_node() {
+        return kind;
+    }
+    static ROWS: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
+    let row = node_row(kind, name);
+    let mut rows = ROWS.lock().expect("profile rows lock");
+    if let Some(r) = rows.get(&row) {
+        return r;
+    }
+    let leaked: &'static str = Box::leak(row.clone().into_boxed_str());
+    rows.insert(row, leaked);
+    leaked
+}
+
+/// `"MatMul ffn_up_shexp-"` for node `ffn_up_shexp-17`: the kind, the name without digits.
+fn node_row(kind: &str, name: &str) -> String {
+    format!("{kind} {}", name.chars().filter(|c| !c.is_ascii_digit()).collect::<String>())
 }
 
 /// Counters and timings of a runner.
@@ -157,6 +188,7 @@ impl Profile {
         }
         let total = self.step_ns.load(Ordering::Relaxed).max(1) as f64;
         let mut rows: Vec<_> = m.iter().collect();
+        let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0).max(14);
         rows.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
         let mut s = format!(
             "[pn] per-op timing over {} steps\n",
@@ -164,18 +196,28 @@ impl Profile {
         );
         let _ = writeln!(
             s,
-            "[pn] {:<14} {:>9} {:>12} {:>11} {:>7}",
+            "[pn] {:<w$} {:>9} {:>12} {:>11} {:>7}",
             "op", "count", "total ms", "mean us", "% step"
         );
         for (k, (n, ns)) in rows {
             let _ = writeln!(
                 s,
-                "[pn] {k:<14} {n:>9} {:>12.3} {:>11.2} {:>6.1}%",
+                "[pn] {k:<w$} {n:>9} {:>12.3} {:>11.2} {:>6.1}%",
                 *ns as f64 / 1e6,
                 *ns as f64 / 1e3 / (*n).max(1) as f64,
                 100.0 * *ns as f64 / total
             );
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_node_row_names_every_layer_copy_alike() {
+        assert_eq!(super::node_row("MatMul", "blk.17.ffn_up_shexp"), "MatMul blk..ffn_up_shexp");
+        assert_eq!(super::node_row("MatMul", "blk.3.ffn_up_shexp"), super::node_row("MatMul", "blk.30.ffn_up_shexp"));
+        assert_ne!(super::node_row("MatMul", "z-1"), super::node_row("Unary", "z-1"));
     }
 }

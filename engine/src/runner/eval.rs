@@ -7,7 +7,7 @@ use super::arena::Arena;
 use super::{Compiled, Observer, RunError, Runner, Taps};
 use crate::backend::{ExecError, PassIo};
 use crate::model::Geometry;
-use crate::planner::debug::Moves;
+use crate::planner::debug::{self, Moves};
 use crate::planner::program::{InputKind, SegProgram};
 use crate::state::SeqState;
 use pn_ops::{DType, LayerState, OpError, SeqSpan, Shape, Tensor, TensorData, WeightView};
@@ -199,7 +199,8 @@ impl Runner {
         let mut layers: SmallVec<[&mut [LayerState]; 16]> = seqs.iter_mut().map(|s| s.host_layers()).collect();
         let mut t_last = Instant::now();
         let mut timing = |i: usize| {
-            let e = op_times.entry(graph.node(sp.ops[i].node).op.kind()).or_default();
+            let node = graph.node(sp.ops[i].node);
+            let e = op_times.entry(debug::op_row(node.op.kind(), &node.name)).or_default();
             e.0 += 1;
             e.1 += t_last.elapsed().as_nanos() as u64;
             t_last = Instant::now();
