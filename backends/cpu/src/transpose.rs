@@ -12,12 +12,13 @@ pub fn columns(src: &[f32], rows: usize, cols: usize, c0: usize, ncols: usize, d
         // SAFETY: AVX2 checked; every tile is inside src / dst (assert above).
         unsafe { tiles8(src, rows, cols, c0, (r8, c8), dst) };
     }
-    for c in 0..ncols {
-        let drow = &mut dst[c * rows..(c + 1) * rows];
-        // the rows the tiles did not cover in this column
-        let r_from = if c < c8 { r8 } else { 0 };
-        for (r, d) in drow.iter_mut().enumerate().skip(r_from) {
-            *d = src[r * cols + c0 + c];
+    // the rest: rows r8.. of the tiled columns, every row of columns c8.. (a batch of a
+    // few tokens: all of them), one source row at a time
+    for r in 0..rows {
+        let srow = &src[r * cols + c0..r * cols + c0 + ncols];
+        let from = if r < r8 { c8 } else { 0 };
+        for (c, &x) in srow.iter().enumerate().skip(from) {
+            dst[c * rows + r] = x;
         }
     }
 }

@@ -1,7 +1,8 @@
 //! MoeExperts with few tokens per expert, at full-dims shapes (K = 2048, F = 512, gate /
 //! up Q4_K, down Q6_K as in q4_k_m), the weights of `LAYERS` layers cycled so every call
 //! streams its experts from memory as a forward pass does (ignored by default):
-//! `E=64 cargo test --release -p pn-cpu --test moe_bench -- --ignored --nocapture`.
+//! `E=64 cargo test --release -p pn-cpu --test moe_bench -- --ignored --nocapture`
+//! (`KD`, `F`, `TOP`: other expert shapes and top-k).
 //! Prints, per token count n: best and median ms per call, the distinct experts, and the
 //! ratio to the byte bound (distinct experts' bytes at the n = 1 call's bandwidth).
 //! `matmul_few_tokens`: the non-expert matmuls the same way. `CFGS="a=;b=1:99,3:99"`
@@ -52,7 +53,8 @@ fn weights(ty: GgmlType, k: usize, rows: usize, rng: &mut Rng) -> Vec<u8> {
 #[ignore]
 fn moe_few_tokens() {
     let be = CpuBackend::new(env("THREADS", 2));
-    let (kd, f, e, top) = (2048, 512, env("E", 64), 8);
+    // full-dims by default; KD / F / TOP give other shapes (the default model: 256, 256, 2)
+    let (kd, f, e, top) = (env("KD", 2048), env("F", 512), env("E", 64), env("TOP", 8));
     let layers = env("LAYERS", 8);
     let reps = env("REPS", 24);
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
