@@ -14,7 +14,7 @@
 mod kernels;
 
 use crate::par;
-use kernels::{accumulate, hadamard, score_range, softmax, transpose, CB};
+use kernels::{accumulate, blocks_for, hadamard, score_blocks, score_range, softmax, transpose, CB};
 use pn_ops::reference::attention::kv_cache;
 use pn_ops::reference::common::{act_f32, act_i32, out_f32, token_positions};
 use pn_ops::{KvCache, KvType, LayerState, OpError, SeqSpan, Tensor, TensorMeta, Value};
@@ -119,8 +119,6 @@ fn tile_impl<const NQ: usize, const NV: usize, const AVX: bool>(tl: Tile<'_>, sc
         let whole = (nq * kv.capacity).min(1 << 20);
         sc.s.resize((nq * ncells).max(whole), 0.0);
     }
-    sc.kt.resize(d * CB, 0.0);
-    sc.rows.resize(CB.max(VB) * d, 0.0);
     sc.inv.resize(nq, 0.0);
     sc.w.resize(nq * VB, 0.0);
     sc.o.clear();
@@ -134,9 +132,23 @@ fn tile_impl<const NQ: usize, const NV: usize, const AVX: bool>(tl: Tile<'_>, sc
 
     // scores: s[q][j - jlo] (entries a query does not see are never read)
     let mut j0 = jlo;
+    // a decode tile of few queries: several full blocks at a time (one token: every
+    // block is shared)
+    let nblk = if nt == 1 { blocks_for(nq) } else { 0 };
+    sc.kt.resize(d * CB * nblk.max(1), 0.0);
+    sc.rows.resize((CB * nblk).max(CB.max(VB)) * d, 0.0);
     while j0 <= pmax {
-        let n = CB.min(pmax + 1 - j0);
         let jb = j0 - jlo;
+        if nblk > 0 && pmax + 1 - j0 >= nblk * CB {
+            let rows = cells(kv, true, g, j0, nblk * CB, pmax, in_place, &mut sc.rows);
+            for b in 0..nblk {
+                transpose::<AVX>(&rows[b * CB * d..], CB, d, &mut sc.kt[b * d * CB..]);
+            }
+            score_blocks(&sc.q, &mut sc.s, &sc.kt, d, nq, ncells, jb, tl.scale);
+            j0 += nblk * CB;
+            continue;
+        }
+        let n = CB.min(pmax + 1 - j0);
         if shared(j0, n) {
             let rows = cells(kv, true, g, j0, n, pmax, in_place, &mut sc.rows);
             transpose::<AVX>(rows, n, d, &mut sc.kt);

@@ -172,3 +172,18 @@ fn prefill_tiles_straddling_sink_and_window_match_the_reference() {
     let st = LayerState::Kv(KvCache::with_type(2, 256, 512, KvType::Q4_0));
     run_sequence(st, 16, 2, 256, &[range(0, 37), range(37, 300)]);
 }
+
+#[test]
+fn decode_with_small_query_groups_matches_the_reference() {
+    // one decode token with 1–4 query heads per KV head scores several cell blocks at a
+    // time: contexts reaching those blocks, their remainders, shadows and the ring
+    for ty in KvType::ALL {
+        for (h, hkv, d) in [(2, 2, 32), (4, 2, 64), (6, 2, 32), (8, 2, 64), (3, 1, 64), (16, 2, 64)] {
+            let st = LayerState::Kv(KvCache::with_type(hkv, d, 200, ty));
+            run_sequence(st, h, hkv, d, &[range(0, 70), vec![70], vec![71], range(72, 100), vec![100], vec![101]]);
+        }
+        let mut kv = KvCache::with_type(2, 64, 40, ty);
+        kv.ring = true;
+        run_sequence(LayerState::Kv(kv), 2, 2, 64, &[range(0, 30), vec![30], range(31, 70), vec![70], vec![71]]);
+    }
+}

@@ -153,6 +153,62 @@ pub(super) fn softmax(s: &mut [f32], st: usize, a: usize, b: usize, inv: &mut [f
     }
 }
 
+/// [`dots`] of NQ queries over NB full blocks at once (`kt`: NB transposed blocks,
+/// `[NB][d][CB]`): acc[n][b][c] = Σ_i q_n[i] · kt_b[i][c], sequential in i from 0.0 — the
+/// same sums, NQ × NB independent chains in flight instead of NQ (a decode tile of a
+/// small GQA group would otherwise wait on the add latency of one or two chains).
+#[inline(always)]
+fn dots_blocks<const NQ: usize, const NB: usize>(q: &[f32], d: usize, kt: &[f32]) -> [[[f32; CB]; NB]; NQ] {
+    assert!(q.len() >= NQ * d && kt.len() >= NB * d * CB);
+    let mut acc = [[[0.0f32; CB]; NB]; NQ];
+    for i in 0..d {
+        for b in 0..NB {
+            // SAFETY: b < NB, i < d, n < NQ, c < CB: in bounds by the assert above.
+            let k: &[f32; CB] = unsafe { &*(kt.as_ptr().add((b * d + i) * CB) as *const [f32; CB]) };
+            for (n, a) in acc.iter_mut().enumerate() {
+                let qi = unsafe { *q.get_unchecked(n * d + i) };
+                for c in 0..CB {
+                    a[b][c] += qi * k[c];
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Full blocks a decode tile of `nq` queries scores together ([`score_blocks`]): enough
+/// that nq × blocks ≥ 8 chains; 0 where `nq` fills a register block on its own.
+pub(super) const fn blocks_for(nq: usize) -> usize {
+    match nq {
+        1 => 8,
+        2 => 4,
+        3 | 4 => 2,
+        _ => 0,
+    }
+}
+
+/// Score rows `0..nq` for `blocks_for(nq)` full blocks starting at `jb`, their transposes
+/// in `kt` (`[blocks][d][CB]`): each score as [`score_rows`] computes it.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) fn score_blocks(sc_q: &[f32], s: &mut [f32], kt: &[f32], d: usize, nq: usize, ncells: usize, jb: usize, scale: f32) {
+    fn put<const NQ: usize, const NB: usize>(acc: [[[f32; CB]; NB]; NQ], s: &mut [f32], ncells: usize, jb: usize, scale: f32) {
+        for (n, a) in acc.iter().enumerate() {
+            let row = &mut s[n * ncells + jb..][..NB * CB];
+            for (x, &v) in row.iter_mut().zip(a.as_flattened()) {
+                *x = scale * v;
+            }
+        }
+    }
+    match nq {
+        1 => put(dots_blocks::<1, 8>(sc_q, d, kt), s, ncells, jb, scale),
+        2 => put(dots_blocks::<2, 4>(sc_q, d, kt), s, ncells, jb, scale),
+        3 => put(dots_blocks::<3, 2>(sc_q, d, kt), s, ncells, jb, scale),
+        4 => put(dots_blocks::<4, 2>(sc_q, d, kt), s, ncells, jb, scale),
+        _ => unreachable!("blocks_for({nq}) is 0"),
+    }
+}
+
 /// Score rows `q0..q0+NQ` for the block of `n` cells at `jb` (offset in the score rows).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
