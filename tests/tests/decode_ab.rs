@@ -65,3 +65,42 @@ fn decode_ab() {
         eprintln!("{name:10} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], cf[0].0, ratios[ratios.len() / 2]);
     }
 }
+
+/// Prefill speed of one model under several `ubatch` values, alternated in one process
+/// (ignored): `MODEL=/tmp/real.gguf UBATCHES=128,256 PROMPT=512 cargo test --release -p
+/// pn-tests --test decode_ab prefill_ab -- --ignored --nocapture`. Each round prefills
+/// `PROMPT` tokens once per value in a fresh state (round 0 warms up: not counted); prints
+/// tok/s best and median per value and the median per-round ratio to the first value.
+#[test]
+#[ignore]
+fn prefill_ab() {
+    let Ok(path) = std::env::var("MODEL") else {
+        eprintln!("MODEL=path.gguf not set: nothing to measure");
+        return;
+    };
+    let g = Arc::new(Gguf::open_with(std::path::Path::new(&path), LoadMode::Auto).expect("model opens"));
+    let m = pn_models::load(&g).expect("model builds");
+    let mut r = Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner");
+    let ubs: Vec<usize> = std::env::var("UBATCHES").unwrap_or_else(|_| "128,256".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
+    let (n, rounds) = (env("PROMPT", 512), env("ROUNDS", 3));
+    let prompt: Vec<u32> = (0..n).map(|i| (100 + 7 * i % 3000) as u32).collect();
+    let mut times = vec![Vec::new(); ubs.len()];
+    for round in 0..rounds + 1 {
+        for (c, &ub) in ubs.iter().enumerate() {
+            r.ubatch = ub;
+            let mut st = r.new_state(n + 1);
+            let t0 = Instant::now();
+            r.forward(&mut st, &prompt, false).expect("prefill");
+            if round > 0 {
+                times[c].push(n as f64 / t0.elapsed().as_secs_f64());
+            }
+        }
+    }
+    for (c, &ub) in ubs.iter().enumerate() {
+        let mut ratios: Vec<f64> = times[c].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mut t = times[c].clone();
+        t.sort_by(f64::total_cmp);
+        eprintln!("ubatch {ub:5} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], ubs[0], ratios[ratios.len() / 2]);
+    }
+}
