@@ -83,7 +83,13 @@ fn prefill_ab() {
     let mut r = Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner");
     let ubs: Vec<usize> = std::env::var("UBATCHES").unwrap_or_else(|_| "128,256".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
     let (n, rounds) = (env("PROMPT", 512), env("ROUNDS", 3));
-    let prompt: Vec<u32> = (0..n).map(|i| (100 + 7 * i % 3000) as u32).collect();
+    // `pn bench`'s token stream (TOKENS=seq: 100 + 7i mod 3000)
+    let v = r.model().n_vocab() - 8;
+    let prompt: Vec<u32> = if std::env::var("TOKENS").is_ok_and(|t| t == "seq") {
+        (0..n).map(|i| (100 + 7 * i % 3000) as u32).collect()
+    } else {
+        (0..n).map(|i| ((i * 7919 + 13) % v) as u32).collect()
+    };
     let mut times = vec![Vec::new(); ubs.len()];
     for round in 0..rounds + 1 {
         for (c, &ub) in ubs.iter().enumerate() {
