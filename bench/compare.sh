@@ -12,7 +12,10 @@
 # runs from an empty context, not after the prompt). Prints each engine's numbers and the
 # ratios pn / llama.cpp and pn / ik_llama.cpp. Builds the release binary first
 # (CARGO_TARGET_DIR is honoured). Env: REPS (default 3), PN (path to a pn binary),
-# IK_BENCH (path to ik's llama-bench; IK_BENCH=none skips it).
+# IK_BENCH (path to ik's llama-bench; IK_BENCH=none skips it), ROUNDS (default 1): the
+# engines run in turn ROUNDS times and the ratios of each round (all engines within the
+# same minutes) are printed with their median — on a machine whose speed drifts, the
+# median ratio is the figure to read.
 set -euo pipefail
 model=${1:?usage: bench/compare.sh MODEL.gguf [THREADS]}
 threads=${2:-2}
@@ -33,6 +36,12 @@ fi
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f"{a/b:.2f}" if b>0 else "n/a")' "$1" "$2"; }
 
+rounds=${ROUNDS:-1}
+# one line of ratios per round: "pp128/llama pp128/ik pp512/llama pp512/ik tg128/llama tg/ik tg512/llama"
+ratios_file=$(mktemp)
+trap 'rm -f "$ratios_file"' EXIT
+
+one_round() {
 # ik_llama.cpp first (one process runs pp128, pp512 and tg32): its JSON array turned into
 # "pp128 pp512 tg" tok/s, or nothing when it is not built.
 ik_pp128="" ik_pp512="" ik_tg=""
@@ -49,6 +58,7 @@ else
 fi
 
 summary=()
+round_ratios=()
 for pl in 128 512; do
   pn=$("$PN" bench --model "$model" --prompt-len "$pl" --gen 32 --threads "$threads" --reps "$reps" | tail -1)
   ll=$(python "$oracle/llama_bench.py" "$model" --prompt-len "$pl" --gen 32 --threads "$threads" --reps "$reps" | tail -1)
@@ -57,14 +67,44 @@ for pl in 128 512; do
   pn_pp=$(field "$pn" pp_tok_s) pn_tg=$(field "$pn" tg_tok_s)
   ll_pp=$(field "$ll" pp_tok_s) ll_tg=$(field "$ll" tg_tok_s)
   line="pp$pl: pn $pn_pp vs llama.cpp $ll_pp -> $(ratio "$pn_pp" "$ll_pp")x"
+  round_ratios+=("$(ratio "$pn_pp" "$ll_pp")")
   if [[ -n "$ik_tg" ]]; then
     ik_pp=$([[ $pl == 128 ]] && echo "$ik_pp128" || echo "$ik_pp512")
     line+=", vs ik $ik_pp -> $(ratio "$pn_pp" "$ik_pp")x"
+    round_ratios+=("$(ratio "$pn_pp" "$ik_pp")")
+  else
+    round_ratios+=("n/a")
   fi
   line+=" | tg (after pp$pl): pn $pn_tg vs llama.cpp $ll_tg -> $(ratio "$pn_tg" "$ll_tg")x"
-  [[ -n "$ik_tg" ]] && line+=", vs ik $ik_tg -> $(ratio "$pn_tg" "$ik_tg")x"
+  round_ratios+=("$(ratio "$pn_tg" "$ll_tg")")
+  if [[ -n "$ik_tg" ]]; then
+    line+=", vs ik $ik_tg -> $(ratio "$pn_tg" "$ik_tg")x"
+    round_ratios+=("$(ratio "$pn_tg" "$ik_tg")")
+  else
+    round_ratios+=("n/a")
+  fi
   summary+=("$line")
 done
 echo
 echo "== $(basename "$model"), $threads threads (ratios: pn / peer, tok/s)"
 printf '%s\n' "${summary[@]}"
+echo "${round_ratios[*]}" >> "$ratios_file"
+}
+
+for r in $(seq "$rounds"); do
+  [[ $rounds -gt 1 ]] && echo "-- round $r of $rounds"
+  one_round
+done
+if [[ $rounds -gt 1 ]]; then
+  python3 - "$ratios_file" "$(basename "$model")" <<'PY'
+import statistics, sys
+names = ["pp128 / llama.cpp", "pp128 / ik", "tg (pp128) / llama.cpp", "tg (pp128) / ik",
+         "pp512 / llama.cpp", "pp512 / ik", "tg (pp512) / llama.cpp", "tg (pp512) / ik"]
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+print(f"\n== {sys.argv[2]}: per-round ratios (pn / peer) over {len(rows)} rounds, median")
+for i, n in enumerate(names):
+    vals = [float(r[i]) for r in rows if r[i] != "n/a"]
+    if vals:
+        print(f"{n:24} {' '.join(f'{v:.2f}' for v in vals)}  median {statistics.median(vals):.2f}")
+PY
+fi
