@@ -20,16 +20,34 @@ fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
     pn_ops::testing::knob_sets(&std::env::var("CFGS").unwrap_or_else(|_| "plain=10:0;r16=".into())).expect("CFGS")
 }
 
-#[test]
-#[ignore]
-fn decode_ab() {
+/// The runner of the `MODEL` file on the CPU (`THREADS`, default 2); None (and a note)
+/// without `MODEL`.
+fn runner() -> Option<Runner> {
     let Ok(path) = std::env::var("MODEL") else {
         eprintln!("MODEL=path.gguf not set: nothing to measure");
-        return;
+        return None;
     };
     let g = Arc::new(Gguf::open_with(std::path::Path::new(&path), LoadMode::Auto).expect("model opens"));
     let m = pn_models::load(&g).expect("model builds");
-    let r = Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner");
+    Some(Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner"))
+}
+
+/// One line per set `names[c]`: tok/s best and median of its rounds `times[c]`, and the
+/// median per-round ratio to the first set.
+fn report(names: &[String], times: &[Vec<f64>]) {
+    for (name, ts) in names.iter().zip(times) {
+        let mut ratios: Vec<f64> = ts.iter().zip(&times[0]).map(|(a, b)| a / b).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mut t = ts.clone();
+        t.sort_by(f64::total_cmp);
+        eprintln!("{name} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], names[0].trim(), ratios[ratios.len() / 2]);
+    }
+}
+
+#[test]
+#[ignore]
+fn decode_ab() {
+    let Some(r) = runner() else { return };
     let (steps, rounds, slots) = (env("STEPS", 16), env("ROUNDS", 10), env("SLOTS", 1));
     let cf = cfgs();
     let prompt: Vec<u32> = (0..16).map(|i| 100 + 7 * i).collect();
@@ -57,13 +75,8 @@ fn decode_ab() {
         }
     }
     pn_ops::quant::set_knobs(&[usize::MAX; pn_ops::quant::N_KNOBS]);
-    for (c, (name, _)) in cf.iter().enumerate() {
-        let mut ratios: Vec<f64> = times[c].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
-        ratios.sort_by(f64::total_cmp);
-        let mut t = times[c].clone();
-        t.sort_by(f64::total_cmp);
-        eprintln!("{name:10} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], cf[0].0, ratios[ratios.len() / 2]);
-    }
+    let names: Vec<String> = cf.iter().map(|(name, _)| format!("{name:10}")).collect();
+    report(&names, &times);
 }
 
 /// Prefill speed of one model under several `ubatch` values, alternated in one process
@@ -74,13 +87,7 @@ fn decode_ab() {
 #[test]
 #[ignore]
 fn prefill_ab() {
-    let Ok(path) = std::env::var("MODEL") else {
-        eprintln!("MODEL=path.gguf not set: nothing to measure");
-        return;
-    };
-    let g = Arc::new(Gguf::open_with(std::path::Path::new(&path), LoadMode::Auto).expect("model opens"));
-    let m = pn_models::load(&g).expect("model builds");
-    let mut r = Runner::new(m, g, Arc::new(pn_cpu::CpuBackend::new(env("THREADS", 2)))).expect("runner");
+    let Some(mut r) = runner() else { return };
     let ubs: Vec<usize> = std::env::var("UBATCHES").unwrap_or_else(|_| "128,256".into()).split(',').filter_map(|s| s.trim().parse().ok()).collect();
     let (n, rounds) = (env("PROMPT", 512), env("ROUNDS", 3));
     // `pn bench`'s token stream (TOKENS=seq: 100 + 7i mod 3000)
@@ -102,11 +109,6 @@ fn prefill_ab() {
             }
         }
     }
-    for (c, &ub) in ubs.iter().enumerate() {
-        let mut ratios: Vec<f64> = times[c].iter().zip(&times[0]).map(|(a, b)| a / b).collect();
-        ratios.sort_by(f64::total_cmp);
-        let mut t = times[c].clone();
-        t.sort_by(f64::total_cmp);
-        eprintln!("ubatch {ub:5} best {:7.2} median {:7.2} tok/s, per-round ratio to {} median {:.3}", t[t.len() - 1], t[t.len() / 2], ubs[0], ratios[ratios.len() / 2]);
-    }
+    let names: Vec<String> = ubs.iter().map(|ub| format!("ubatch {ub:5}")).collect();
+    report(&names, &times);
 }

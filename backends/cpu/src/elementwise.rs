@@ -72,13 +72,7 @@ fn binary_rows(
         match op {
             BinaryOp::Add => zip_row(yr, ar, bb, |x, w| x + w),
             BinaryOp::Mul => zip_row(yr, ar, bb, |x, w| x * w),
-            // silu(a) · b: the vectorized silu (pn_ops::math, the same bits as the scalar
-            // one), then the product, one rounding each as `bin` does
-            BinaryOp::SwiGlu => {
-                yr.copy_from_slice(ar);
-                pn_ops::math::silu_in_place(yr);
-                mul_row_in_place(yr, bb);
-            }
+            BinaryOp::SwiGlu => swiglu_row(yr, ar, bb),
         }
     });
     Ok(())
@@ -104,6 +98,15 @@ fn zip_row(y: &mut [f32], a: &[f32], b: &[f32], f: impl Fn(f32, f32) -> f32) {
             }
         }
     }
+}
+
+/// `y[i] = silu(g[i]) · u[i mod u.len()]`: the vectorized silu (`pn_ops::math`, the same
+/// bits as the scalar one), then the product — one rounding each, as the reference's
+/// `silu(a) * b` (Binary SwiGlu, the MoE hidden rows).
+pub fn swiglu_row(y: &mut [f32], g: &[f32], u: &[f32]) {
+    y.copy_from_slice(g);
+    pn_ops::math::silu_in_place(y);
+    mul_row_in_place(y, u);
 }
 
 /// `y[i] *= b[i mod b.len()]`, shaped as [`zip_row`].

@@ -312,11 +312,7 @@ fn moe_block(
             let mut h = h.borrow_mut();
             h.resize(2 * f * n, 0.0);
             let (hc, hr) = h.split_at_mut(f * n);
-            hc.copy_from_slice(&g[..f * n]);
-            pn_ops::math::silu_in_place(hc);
-            for (o, &uv) in hc.iter_mut().zip(&g[f * n..]) {
-                *o *= uv;
-            }
+            crate::elementwise::swiglu_row(hc, &g[..f * n], &g[f * n..]);
             par::transpose(hc, f, n, hr);
             for (li, qr) in q.chunks_mut(drb).enumerate() {
                 pn_ops::quant::quantize_row(dt, &hr[li * f..(li + 1) * f], qr);

@@ -5,7 +5,7 @@
 //! `PN_PROFILE=nodes` (with `PN_DEBUG≥2`) splits the timing table by node name with the
 //! layer indices taken out (`MatMul blk.ffn_up_shexp`: that projection in every layer).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -32,14 +32,14 @@ pub fn op_row(kind: &'static str, name: &str) -> &'static str {
     if !profile_by_node() {
         return kind;
     }
-    static ROWS: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
+    static ROWS: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
     let row = node_row(kind, name);
     let mut rows = ROWS.lock().expect("profile rows lock");
-    if let Some(r) = rows.get(&row) {
+    if let Some(&r) = rows.get(row.as_str()) {
         return r;
     }
-    let leaked: &'static str = Box::leak(row.clone().into_boxed_str());
-    rows.insert(row, leaked);
+    let leaked: &'static str = Box::leak(row.into_boxed_str());
+    rows.insert(leaked);
     leaked
 }
 

@@ -302,7 +302,7 @@ impl super::KvCache {
                 if self.ty == KvType::F32 {
                     o[..m * d].copy_from_slice(&(if key { &self.k } else { &self.v })[c * d..(c + m) * d]);
                 } else {
-                    let rb = self.ty.row_bytes(d);
+                    let rb = self.row_bytes();
                     decode_row(self.ty, &(if key { &self.kq } else { &self.vq })[c * rb..(c + m) * rb], &mut o[..m * d]);
                 }
                 m
