@@ -37,7 +37,8 @@ field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]
 ratio() { python3 -c 'import sys; a,b=float(sys.argv[1]),float(sys.argv[2]); print(f"{a/b:.2f}" if b>0 else "n/a")' "$1" "$2"; }
 
 rounds=${ROUNDS:-1}
-# one line of ratios per round: "pp128/llama pp128/ik pp512/llama pp512/ik tg128/llama tg/ik tg512/llama"
+# one line of ratios per round, per prompt length (128, then 512): pp / llama.cpp, pp / ik,
+# tg / llama.cpp, tg / ik ("n/a" without ik)
 ratios_file=$(mktemp)
 trap 'rm -f "$ratios_file"' EXIT
 
@@ -66,23 +67,16 @@ for pl in 128 512; do
   echo "llama.cpp: $ll"
   pn_pp=$(field "$pn" pp_tok_s) pn_tg=$(field "$pn" tg_tok_s)
   ll_pp=$(field "$ll" pp_tok_s) ll_tg=$(field "$ll" tg_tok_s)
-  line="pp$pl: pn $pn_pp vs llama.cpp $ll_pp -> $(ratio "$pn_pp" "$ll_pp")x"
-  round_ratios+=("$(ratio "$pn_pp" "$ll_pp")")
+  r_pp_ll=$(ratio "$pn_pp" "$ll_pp") r_tg_ll=$(ratio "$pn_tg" "$ll_tg") r_pp_ik="n/a" r_tg_ik="n/a"
+  line="pp$pl: pn $pn_pp vs llama.cpp $ll_pp -> ${r_pp_ll}x"
   if [[ -n "$ik_tg" ]]; then
     ik_pp=$([[ $pl == 128 ]] && echo "$ik_pp128" || echo "$ik_pp512")
-    line+=", vs ik $ik_pp -> $(ratio "$pn_pp" "$ik_pp")x"
-    round_ratios+=("$(ratio "$pn_pp" "$ik_pp")")
-  else
-    round_ratios+=("n/a")
+    r_pp_ik=$(ratio "$pn_pp" "$ik_pp") r_tg_ik=$(ratio "$pn_tg" "$ik_tg")
+    line+=", vs ik $ik_pp -> ${r_pp_ik}x"
   fi
-  line+=" | tg (after pp$pl): pn $pn_tg vs llama.cpp $ll_tg -> $(ratio "$pn_tg" "$ll_tg")x"
-  round_ratios+=("$(ratio "$pn_tg" "$ll_tg")")
-  if [[ -n "$ik_tg" ]]; then
-    line+=", vs ik $ik_tg -> $(ratio "$pn_tg" "$ik_tg")x"
-    round_ratios+=("$(ratio "$pn_tg" "$ik_tg")")
-  else
-    round_ratios+=("n/a")
-  fi
+  line+=" | tg (after pp$pl): pn $pn_tg vs llama.cpp $ll_tg -> ${r_tg_ll}x"
+  [[ -n "$ik_tg" ]] && line+=", vs ik $ik_tg -> ${r_tg_ik}x"
+  round_ratios+=("$r_pp_ll" "$r_pp_ik" "$r_tg_ll" "$r_tg_ik")
   summary+=("$line")
 done
 echo
