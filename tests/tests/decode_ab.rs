@@ -82,8 +82,9 @@ fn decode_ab() {
 /// Prefill speed of one model under several `ubatch` values, alternated in one process
 /// (ignored): `MODEL=/tmp/real.gguf UBATCHES=128,256 PROMPT=512 cargo test --release -p
 /// pn-tests --test decode_ab prefill_ab -- --ignored --nocapture`. Each round prefills
-/// `PROMPT` tokens once per value in a fresh state (round 0 warms up: not counted); prints
-/// tok/s best and median per value and the median per-round ratio to the first value.
+/// `PROMPT` tokens once per value (and knob set of `CFGS`, as in `decode_ab`) in a fresh
+/// state (round 0 warms up: not counted); prints tok/s best and median per value and the
+/// median per-round ratio to the first value.
 #[test]
 #[ignore]
 fn prefill_ab() {
@@ -97,9 +98,13 @@ fn prefill_ab() {
     } else {
         (0..n).map(|i| ((i * 7919 + 13) % v) as u32).collect()
     };
-    let mut times = vec![Vec::new(); ubs.len()];
+    // every ubatch under every knob set (`CFGS`, as in `decode_ab`; default: none)
+    let cf = pn_ops::testing::knob_sets(&std::env::var("CFGS").unwrap_or_else(|_| "=".into())).expect("CFGS");
+    let combos: Vec<(usize, &(String, _))> = ubs.iter().flat_map(|&ub| cf.iter().map(move |c| (ub, c))).collect();
+    let mut times = vec![Vec::new(); combos.len()];
     for round in 0..rounds + 1 {
-        for (c, &ub) in ubs.iter().enumerate() {
+        for (c, &(ub, (_, kn))) in combos.iter().enumerate() {
+            pn_ops::quant::set_knobs(kn);
             r.ubatch = ub;
             let mut st = r.new_state(n + 1);
             let t0 = Instant::now();
@@ -109,6 +114,7 @@ fn prefill_ab() {
             }
         }
     }
-    let names: Vec<String> = ubs.iter().map(|ub| format!("ubatch {ub:5}")).collect();
+    pn_ops::quant::set_knobs(&[usize::MAX; pn_ops::quant::N_KNOBS]);
+    let names: Vec<String> = combos.iter().map(|(ub, (name, _))| format!("ubatch {ub:5} {name}")).collect();
     report(&names, &times);
 }

@@ -11,7 +11,7 @@ use pn_ops::reference::common::{
     act_f32, act_format, act_i32, out_f32, out_i32, topk_before, MOE_MIN_WEIGHT_SUM,
 };
 use pn_ops::reference::moe::ExpertSet;
-use pn_ops::{OpError, Tensor, TensorMeta, Value};
+use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -275,68 +275,16 @@ fn moe_block(
     } else {
         quantize_rows_to(ut, x, kd, urb, xq);
         gather(xq, urb, xus);
-        Some(&*xus)
+        Some(xus.as_slice())
     };
 
-    // Phase 1, gate and up of every active expert as one parallel loop over (expert,
-    // block of rows): expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
-    let gu = grown(gu, n_slots * 2 * f);
-    expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, ys| {
-        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        // rows r0..r0+nr of [gate (F rows); up (F rows)], split where they meet
-        let mut r = r0;
-        while r < r0 + nr {
-            let (w, xs, rb, row, end) = if r < f {
-                (ex.gate.expert(e), xgs, grb, r, (r0 + nr).min(f))
-            } else if merged {
-                (ex.gate.expert(e), xgs, grb, r, r0 + nr)
-            } else {
-                let xs = xus.unwrap_or(xgs);
-                let rb = if xus.is_some() { urb } else { grb };
-                (ex.up.expert(e), xs, rb, r - f, r0 + nr)
-            };
-            let o = &mut ys[(r - r0) * n..(end - r0) * n];
-            dot_rows(&w, kd, row, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o, n);
-            r = end;
-        }
-    });
-
-    // Hidden silu(g) ⊙ u of every slot, computed along the [F][n_e] rows, turned into
-    // slot rows (in `order`) and converted for the down projection: one task per expert.
-    let gu = &*gu;
-    let hq = grown(hq, n_slots * drb);
-    per_expert(hq, active, starts, drb, |e, q| {
-        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        let g = &gu[2 * f * s0..2 * f * (s0 + n)];
-        HID.with(|h| {
-            let mut h = h.borrow_mut();
-            h.resize(2 * f * n, 0.0);
-            let (hc, hr) = h.split_at_mut(f * n);
-            crate::elementwise::swiglu_row(hc, &g[..f * n], &g[f * n..]);
-            par::transpose(hc, f, n, hr);
-            for (li, qr) in q.chunks_mut(drb).enumerate() {
-                pn_ops::quant::quantize_row(dt, &hr[li * f..(li + 1) * f], qr);
-            }
-        });
-    });
-
-    // Phase 2, down: expert e's results at res[kd·starts[e]..] as [K rows][n_e].
-    let hq = &*hq;
+    let xs = Inputs { ex, xg: xgs, grb, xu: xus, urb, dt, drb };
     let res = grown(res, n_slots * kd);
-    expert_blocks(res, active, starts, kd, f, |e, r0, nr, ys| {
-        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        dot_rows(&ex.down.expert(e), f, r0, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys, n);
-    });
-    // ... turned into slot rows (in `order`), in place (through a per-thread copy).
-    per_expert(res, active, starts, kd, |e, d| {
-        let n = starts[e + 1] - starts[e];
-        HID.with(|h| {
-            let mut h = h.borrow_mut();
-            h.clear();
-            h.extend_from_slice(d);
-            par::transpose(&h, kd, n, d);
-        });
-    });
+    if by_expert(active, starts) {
+        expert_ffns(&xs, active, starts, res);
+    } else {
+        projection_loops(&xs, active, starts, hq, gu, res);
+    }
     let rs = &*res;
 
     // Where each slot's result lives: its index in `order`.
@@ -359,6 +307,144 @@ fn moe_block(
         }
     });
     Ok(())
+}
+
+/// The converted activations an expert's FFN reads: gate's (and up's, when its type
+/// differs and the tensors are separate) gathered in slot order, and the hidden rows'
+/// format for the down projection.
+struct Inputs<'a> {
+    ex: &'a ExpertSet<'a>,
+    xg: &'a [u8],
+    grb: usize,
+    xu: Option<&'a [u8]>,
+    urb: usize,
+    dt: GgmlType,
+    drb: usize,
+}
+
+impl Inputs<'_> {
+    /// Rows `r0..r0 + nr` of expert e's [gate (F rows); up (F rows)] dotted with its `n`
+    /// tokens (slots from `s0`): `ys` is [nr][n]. Split where gate and up meet.
+    fn gate_up(&self, e: usize, s0: usize, n: usize, r0: usize, nr: usize, ys: &mut [f32]) {
+        let (ex, kd, f) = (self.ex, self.ex.k, self.ex.f);
+        let mut r = r0;
+        while r < r0 + nr {
+            let (w, xs, rb, row, end) = if r < f {
+                (ex.gate.expert(e), self.xg, self.grb, r, (r0 + nr).min(f))
+            } else if ex.merged {
+                (ex.gate.expert(e), self.xg, self.grb, r, r0 + nr)
+            } else {
+                let (xs, rb) = match self.xu {
+                    Some(xu) => (xu, self.urb),
+                    None => (self.xg, self.grb),
+                };
+                (ex.up.expert(e), xs, rb, r - f, r0 + nr)
+            };
+            let o = &mut ys[(r - r0) * n..(end - r0) * n];
+            dot_rows(&w, kd, row, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o, n);
+            r = end;
+        }
+    }
+
+    /// silu(g) ⊙ u of `n` slots from their [2F][n] gate/up rows `g`, as `n` slot rows
+    /// converted for the down projection into `q` (`h`: 2F·n floats of scratch).
+    fn hidden(&self, g: &[f32], n: usize, h: &mut [f32], q: &mut [u8]) {
+        let f = self.ex.f;
+        let (hc, hr) = h.split_at_mut(f * n);
+        crate::elementwise::swiglu_row(hc, &g[..f * n], &g[f * n..]);
+        crate::transpose::columns(hc, f, n, 0, n, hr);
+        for (li, qr) in q.chunks_mut(self.drb).enumerate() {
+            pn_ops::quant::quantize_row(self.dt, &hr[li * f..(li + 1) * f], qr);
+        }
+    }
+}
+
+/// Tokens per expert up to which each expert's whole FFN (gate/up, hidden, down) is one
+/// task (`expert_ffns`), when there are enough experts to share out: three parallel
+/// loops and their hand-offs fewer a pass, which is what an expert with a few tokens
+/// costs most. Measured (`decode_ab`, knob 15 at 0 vs default, alternated, Xeon 6/207, 2
+/// threads): default model `SLOTS=16` (4 tokens per expert) 1.044×; full-dims q4_k_m
+/// `SLOTS=1 / 4 / 16` 1.032 / 1.010 / 1.025×; 256 experts at 8 per expert (rd4 prefill,
+/// ubatch 256: few passes qualify) 0.988×, inside the noise.
+const FUSED_UPTO_TOKENS: usize = 8;
+
+/// Whether the pass runs one task per expert (`expert_ffns`): every active expert has at
+/// most `FUSED_UPTO_TOKENS` tokens, and there are at least two experts per thread.
+fn by_expert(active: &[usize], starts: &[usize]) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    let upto = pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_FUSED_UPTO, FUSED_UPTO_TOKENS);
+    #[cfg(not(target_arch = "x86_64"))]
+    let upto = FUSED_UPTO_TOKENS;
+    active.len() >= 2 * rayon::current_num_threads().max(1)
+        && active.iter().all(|&e| starts[e + 1] - starts[e] <= upto)
+}
+
+thread_local! {
+    /// `expert_ffns`' per-task buffers: gate/up, hidden and down floats; hidden rows.
+    static FFN: RefCell<(Vec<f32>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Each active expert's whole FFN as one task, in parallel over experts: `res` gets
+/// every slot's result row (in `order`), the same dot products as `projection_loops`.
+fn expert_ffns(xs: &Inputs<'_>, active: &[usize], starts: &[usize], res: &mut [f32]) {
+    let (kd, f) = (xs.ex.k, xs.ex.f);
+    let pairs = starts[starts.len() - 1];
+    let serial = active.len() <= 1 || 3 * kd * f * pairs < par::SERIAL_WORK || par::outside_pool();
+    split_experts(res, active, starts, kd, serial, &|e, out| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        FFN.with(|b| {
+            let (fl, q) = &mut *b.borrow_mut();
+            let fl = grown(fl, 4 * f * n + kd * n);
+            let (gu, rest) = fl.split_at_mut(2 * f * n);
+            let (h, dn) = rest.split_at_mut(2 * f * n);
+            xs.gate_up(e, s0, n, 0, 2 * f, gu);
+            let q = grown(q, n * xs.drb);
+            xs.hidden(gu, n, h, q);
+            dot_rows(&xs.ex.down.expert(e), f, 0, kd, q, xs.drb, n, dn, n);
+            crate::transpose::columns(dn, kd, n, 0, n, out);
+        });
+    });
+}
+
+/// Each projection of every active expert as one parallel loop over (expert, block of
+/// weight rows), the hidden rows per expert between them: `res` gets every slot's
+/// result row (in `order`).
+fn projection_loops(xs: &Inputs<'_>, active: &[usize], starts: &[usize], hq: &mut Vec<u8>, gu: &mut Vec<f32>, res: &mut [f32]) {
+    let (kd, f, drb) = (xs.ex.k, xs.ex.f, xs.drb);
+    let n_slots = starts[starts.len() - 1];
+    // Gate and up: expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
+    let gu = grown(gu, n_slots * 2 * f);
+    expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, ys| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        xs.gate_up(e, s0, n, r0, nr, ys);
+    });
+    // The hidden rows, one task per expert.
+    let gu = &*gu;
+    let hq = grown(hq, n_slots * drb);
+    per_expert(hq, active, starts, drb, |e, q| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        HID.with(|h| {
+            let mut h = h.borrow_mut();
+            let h = grown(&mut h, 2 * f * n);
+            xs.hidden(&gu[2 * f * s0..2 * f * (s0 + n)], n, h, q);
+        });
+    });
+    // Down: expert e's results at res[kd·starts[e]..] as [K rows][n_e] ...
+    let hq = &*hq;
+    expert_blocks(res, active, starts, kd, f, |e, r0, nr, ys| {
+        let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
+        dot_rows(&xs.ex.down.expert(e), f, r0, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys, n);
+    });
+    // ... turned into slot rows (in `order`), in place (through a per-thread copy).
+    per_expert(res, active, starts, kd, |e, d| {
+        let n = starts[e + 1] - starts[e];
+        HID.with(|h| {
+            let mut h = h.borrow_mut();
+            h.clear();
+            h.extend_from_slice(d);
+            par::transpose(&h, kd, n, d);
+        });
+    });
 }
 
 thread_local! {
