@@ -173,7 +173,11 @@ fn matmul_few_tokens() {
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 3, 4, 8, 16]);
-    let shapes = [(GgmlType::Q6K, 2048, 8192), (GgmlType::Q6K, 512, 16384), (GgmlType::Q4K, 2048, 4096), (GgmlType::Q4K, 4096, 2048), (GgmlType::Q8_0, 2048, 4096), (GgmlType::Q8_0, 4096, 2048)];
+    let mut shapes = vec![(GgmlType::Q6K, 2048, 8192), (GgmlType::Q6K, 512, 16384), (GgmlType::Q4K, 2048, 4096), (GgmlType::Q4K, 4096, 2048), (GgmlType::Q8_0, 2048, 4096), (GgmlType::Q8_0, 4096, 2048)];
+    // `KN=k,n`: that one shape instead, as Q4_K and Q6_K (a small model's matmuls)
+    if let Some((k, n)) = std::env::var("KN").ok().and_then(|v| v.split_once(',').and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))) {
+        shapes = vec![(GgmlType::Q4K, k, n), (GgmlType::Q6K, k, n)];
+    }
     let only = std::env::var("SHAPES").ok();
     for (si, (ty, k, n)) in shapes.into_iter().enumerate() {
         if only.as_ref().is_some_and(|o| !o.split(',').any(|s| s == si.to_string())) {

@@ -104,6 +104,12 @@ pub(crate) fn x86_f16_row(src: &[u16], out: &mut [f32]) -> bool {
     x86::f16_bits_to_f32_row(src, out)
 }
 
+/// Little-endian F16 bytes -> f32 with F16C when available (false: use the scalar path).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn x86_f16_bytes_row(src: &[u8], out: &mut [f32]) -> bool {
+    x86::f16_bytes_to_f32_row(src, out)
+}
+
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum QuantError {
     #[error("type {0} cannot be dequantized (unsupported block format)")]

@@ -289,7 +289,20 @@ unsafe fn dequant_f16_avx(src: &[u8], out: &mut [f32]) {
 
 /// F16 values (as u16 bits) -> f32, F16C (exact, as the scalar conversion).
 pub fn f16_bits_to_f32_row(src: &[u16], out: &mut [f32]) -> bool {
-    if !has_avx2() || src.len() != out.len() {
+    // SAFETY: `src` holds out.len() values (checked).
+    src.len() == out.len() && unsafe { f16_ptr_to_f32_row(src.as_ptr(), out) }
+}
+
+/// Little-endian f16 bytes (a KV cell) -> f32, F16C (exact, as the scalar conversion).
+pub fn f16_bytes_to_f32_row(src: &[u8], out: &mut [f32]) -> bool {
+    // SAFETY: `src` holds 2·out.len() bytes (checked); reads are unaligned loads.
+    src.len() == 2 * out.len() && unsafe { f16_ptr_to_f32_row(src.as_ptr() as *const u16, out) }
+}
+
+/// # Safety
+/// `src` must point to `out.len()` f16 values (any alignment).
+unsafe fn f16_ptr_to_f32_row(src: *const u16, out: &mut [f32]) -> bool {
+    if !has_avx2() {
         return false;
     }
     let n = out.len();
@@ -297,11 +310,11 @@ pub fn f16_bits_to_f32_row(src: &[u16], out: &mut [f32]) -> bool {
     unsafe {
         let mut i = 0;
         while i + 8 <= n {
-            cvt8(src.as_ptr().add(i), out.as_mut_ptr().add(i));
+            cvt8(src.add(i), out.as_mut_ptr().add(i));
             i += 8;
         }
         for j in i..n {
-            out[j] = super::floats::f16_bits_to_f32(src[j]);
+            out[j] = super::floats::f16_bits_to_f32(src.add(j).read_unaligned());
         }
     }
     true
