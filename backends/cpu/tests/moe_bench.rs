@@ -174,9 +174,12 @@ fn matmul_few_tokens() {
         .map(|v| v.split(',').filter_map(|s| s.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 2, 3, 4, 8, 16]);
     let mut shapes = vec![(GgmlType::Q6K, 2048, 8192), (GgmlType::Q6K, 512, 16384), (GgmlType::Q4K, 2048, 4096), (GgmlType::Q4K, 4096, 2048), (GgmlType::Q8_0, 2048, 4096), (GgmlType::Q8_0, 4096, 2048)];
-    // `KN=k,n`: that one shape instead, as Q4_K and Q6_K (a small model's matmuls)
+    // `KN=k,n`: that one shape instead, as Q4_K and Q6_K (a small model's matmuls), or as
+    // the types `TYPES` names (e.g. `TYPES=IQ4_XS,Q4_K`)
     if let Some((k, n)) = std::env::var("KN").ok().and_then(|v| v.split_once(',').and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))) {
-        shapes = vec![(GgmlType::Q4K, k, n), (GgmlType::Q6K, k, n)];
+        let types = std::env::var("TYPES").unwrap_or_else(|_| "Q4_K,Q6_K".into());
+        let all = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS, GgmlType::Q8_0];
+        shapes = types.split(',').map(|t| (*all.iter().find(|ty| ty.to_string() == t).expect("TYPES: Q4_K, Q5_K, Q6_K, IQ4_XS or Q8_0"), k, n)).collect();
     }
     let only = std::env::var("SHAPES").ok();
     for (si, (ty, k, n)) in shapes.into_iter().enumerate() {
