@@ -130,7 +130,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     a.draft.check()?;
     let (opts, chunk, async_steps, step_budget, draft_opts, wave_tokens) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone(), a.wave_tokens);
     pn_server::serve(cfg, move || {
-        let l = load::load(&opts)?;
+        let mut l = load::load(&opts)?;
+        l.runner.ubatch = opts.ubatch.unwrap_or(load::SERVE_UBATCH);
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
         let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n() });

@@ -24,10 +24,11 @@ pub struct ModelOpts {
     /// Threads per die (0 or -1 = all cores)
     #[arg(long, short = 't', default_value_t = 0, allow_negative_numbers = true)]
     pub threads: i64,
-    /// Tokens per forward pass (longer inputs run in several passes; 256 keeps the
-    /// activation buffers small at no cost in speed, docs/perf.md)
-    #[arg(long, default_value_t = 256)]
-    pub ubatch: usize,
+    /// Tokens per forward pass (longer inputs run in several passes). Default 512: with
+    /// 256 experts a pass then gives each expert ~16 tokens (docs/perf.md "Session 14");
+    /// `pn serve` 256 (it compiles every pass length up to it before serving)
+    #[arg(long)]
+    pub ubatch: Option<usize>,
     /// Dies to run on: one (`cpu:0`) or two (`cpu:0,cpu:1`: die A, die B, each its own
     /// backend and thread pool). Default: $PN_DIE_A / $PN_DIE_B, else cpu:0
     #[arg(long)]
@@ -142,6 +143,13 @@ fn open_gguf_with_progress(model: Option<&Path>, mode: LoadMode, progress: &mut 
     }
 }
 
+/// Tokens per forward pass where `--ubatch` is not given (`pn serve`: [`SERVE_UBATCH`]).
+pub const DEFAULT_UBATCH: usize = 512;
+/// `pn serve`'s default `--ubatch`: it compiles every pass length up to it before it
+/// serves (time and memory grow with it), and its passes end at the prefix cache's
+/// 256-token snapshots anyway.
+pub const SERVE_UBATCH: usize = 256;
+
 /// Every model flag checked (all before the file is opened): threads, load mode, ubatch,
 /// placement.
 pub fn check(o: &ModelOpts) -> Result<(usize, LoadMode, Placement)> {
@@ -150,7 +158,7 @@ pub fn check(o: &ModelOpts) -> Result<(usize, LoadMode, Placement)> {
         Some(m) => m.parse::<LoadMode>().map_err(|e| anyhow::anyhow!("--load: {e}"))?,
         None => LoadMode::Auto,
     };
-    if o.ubatch == 0 {
+    if o.ubatch == Some(0) {
         bail!("--ubatch: expected a value ≥ 1, found 0");
     }
     Ok((threads, mode, placement(o)?))
@@ -172,7 +180,7 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     let dies = dies(&place, threads)?;
     let mut runner = Runner::with_dies(m, gguf.clone(), dies, place).with_context(|| format!("cannot load model {name}"))?;
     pb.finish_and_clear();
-    runner.ubatch = o.ubatch;
+    runner.ubatch = o.ubatch.unwrap_or(DEFAULT_UBATCH);
     Ok(Loaded { name, is_default, gguf, runner, threads, load_secs: t0.elapsed().as_secs_f64() })
 }
 

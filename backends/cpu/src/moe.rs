@@ -103,11 +103,14 @@ pub fn moe_weights_into(ins: &[Value<'_>], out: &TensorMeta, normalize: bool, y:
 }
 
 /// Tokens per pass over the experts: longer batches run in blocks, which bounds the
-/// scratch (~100 KB per token at full dims: ~26 MB, one copy per process, see
-/// [`SHARED`]); each token's result does not depend on the blocking. Measured on
-/// full-dims q4_k_m, 512-token prefill: 256 is 5–8% faster than 128 (each expert's
-/// decoded weight rows serve twice the tokens), 512 no faster than 256.
-const MOE_TOKEN_BLOCK: usize = 256;
+/// scratch (~100 KB per token at full dims: ~52 MB, one copy per process, see
+/// [`SHARED`]); each token's result does not depend on the blocking. 512 (with the CLI's
+/// 512-token passes) gives 256 experts ~16 tokens each, the AMX tiles' size, where 256
+/// gave ~8 on the VNNI kernel: `moe_bench` E=256, 512 tokens, knob 16 alternated (Xeon
+/// 6/207, 2 threads) 84.8 → 73.7 ms; `prefill_ab` real-dims q4_k_m pp512 (ubatch 256 →
+/// 512 with this block) median per-round ratio 1.064, full-dims 1.062, the default model
+/// 1.013. (Session 4, Zen 4, 64 experts: 256 was 5–8% faster than 128.)
+const MOE_TOKEN_BLOCK: usize = 512;
 
 const OP: &str = "MoeExperts";
 
@@ -139,8 +142,12 @@ pub fn moe_experts_into(ins: &[Value<'_>], out: &TensorMeta, merged: bool, y: &m
     crate::norm::len_check(OP, kd * t, y.len())?;
     SCRATCH.with(|sc| {
     let mut res = Ok(());
-    for t0 in (0..t).step_by(MOE_TOKEN_BLOCK) {
-        let n = MOE_TOKEN_BLOCK.min(t - t0);
+    #[cfg(target_arch = "x86_64")]
+    let block = pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_TOKEN_BLOCK, MOE_TOKEN_BLOCK).max(1);
+    #[cfg(not(target_arch = "x86_64"))]
+    let block = MOE_TOKEN_BLOCK;
+    for t0 in (0..t).step_by(block) {
+        let n = block.min(t - t0);
         let (s0, s1) = (t0 * top, (t0 + n) * top);
         let yb = &mut y[t0 * kd..(t0 + n) * kd];
         res = moe_block(&ex, &x[t0 * kd..(t0 + n) * kd], &ids[s0..s1], &wts[s0..s1], top, n, yb, sc);

@@ -480,9 +480,9 @@ fn moe_experts() {
         let up = view(gty, Shape::d3(kd, f, e), &m.up);
         let gu = view(gty, Shape::d3(kd, 2 * f, e), &m.gate_up);
         let down = view(dty, Shape::d3(f, kd, e), &m.down);
-        // 300 tokens: more than one block of tokens per pass over the experts
-        for (t, top) in [(1, 4), (20, 3), (300, 2)] {
-            if t == 300 && gty != GgmlType::Q4K {
+        // 600 tokens: more than one block of tokens (512) per pass over the experts
+        for (t, top) in [(1, 4), (20, 3), (600, 2)] {
+            if t == 600 && gty != GgmlType::Q4K {
                 continue;
             }
             let x = act(Shape::d2(kd, t), 84);

@@ -279,7 +279,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 16;
+pub const N_KNOBS: usize = 17;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -311,6 +311,8 @@ pub const KNOB_ROW_BLOCK_BATCH: usize = 13;
 pub const KNOB_AMX_PAIRS: usize = 14;
 /// `KNOBS[15]`: the CPU backend's MoE `FUSED_UPTO_TOKENS` (0: never one task per expert).
 pub const KNOB_MOE_FUSED_UPTO: usize = 15;
+/// `KNOBS[16]`: the CPU backend's MoE `MOE_TOKEN_BLOCK` (tokens per pass over the experts).
+pub const KNOB_MOE_TOKEN_BLOCK: usize = 16;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
