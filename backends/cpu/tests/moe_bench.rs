@@ -80,23 +80,28 @@ fn moe_few_tokens() {
     eprintln!("threads {}, {e} experts, {layers} layers, {:.2} MB per expert", be.threads(), per_expert as f64 / 1e6);
     for &t in &tokens {
         let x = Tensor::f32(Shape::d2(kd, t), pn_ops::testing::uniform(kd * t, 9, 99991));
-        // each token: `top` distinct experts drawn at random
-        let ids: Vec<i32> = (0..t)
-            .flat_map(|_| {
-                let mut s: Vec<i32> = Vec::new();
-                while s.len() < top {
-                    let id = (rng.next() % e as u64) as i32;
-                    if !s.contains(&id) {
-                        s.push(id);
+        // each token: `top` distinct experts drawn at random (`RANDOM_IDS=1`: new ones
+        // every call, so the experts come from memory as a model's do, not from the cache)
+        let mut draw = |rng: &mut Rng| -> Vec<i32> {
+            (0..t)
+                .flat_map(|_| {
+                    let mut s: Vec<i32> = Vec::new();
+                    while s.len() < top {
+                        let id = (rng.next() % e as u64) as i32;
+                        if !s.contains(&id) {
+                            s.push(id);
+                        }
                     }
-                }
-                s
-            })
-            .collect();
+                    s
+                })
+                .collect()
+        };
+        let ids = draw(&mut rng);
         let mut distinct = ids.clone();
         distinct.sort_unstable();
         distinct.dedup();
-        let ids = Tensor::i32(Shape::d2(top, t), ids);
+        let random_ids = env("RANDOM_IDS", 0) != 0;
+        let idss: Vec<Tensor> = (0..if random_ids { 64 } else { 1 }).map(|i| Tensor::i32(Shape::d2(top, t), if i == 0 { ids.clone() } else { draw(&mut rng) })).collect();
         let wt = Tensor::f32(Shape::d2(top, t), vec![0.125; top * t]);
         let cf = cfgs();
         let mut times = vec![Vec::new(); cf.len()];
@@ -107,9 +112,10 @@ fn moe_few_tokens() {
                 let ((g, u, d), (g16, u16, d16)) = (&ws[call % layers], &ws16[call % layers]);
                 call += 1;
                 let view = |name, ty, shape, bytes, rows16| Value::Weight(WeightView { name, ty, shape, bytes, rows16 });
+                let ids = &idss[call % idss.len()];
                 let ins = [
                     Value::Act(&x),
-                    Value::Act(&ids),
+                    Value::Act(ids),
                     Value::Act(&wt),
                     view("g", GgmlType::Q4K, Shape::d3(kd, f, e), g, copy(g16)),
                     view("u", GgmlType::Q4K, Shape::d3(kd, f, e), u, copy(u16)),
