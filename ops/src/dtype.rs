@@ -99,11 +99,23 @@ impl GgmlType {
     }
     /// Bytes of a row of `n` elements, or `None` if `n` is not a multiple of the block
     /// size or the size overflows.
+    #[inline]
     pub fn row_bytes(self, n: usize) -> Option<usize> {
-        if n % self.block_size() != 0 {
-            return None;
-        }
-        (n / self.block_size()).checked_mul(self.type_size())
+        let bs = self.block_size();
+        // every block size is a power of two: masks and shifts, not two divisions (this
+        // runs in every matmul call)
+        let blocks = if bs.is_power_of_two() {
+            if n & (bs - 1) != 0 {
+                return None;
+            }
+            n >> bs.trailing_zeros()
+        } else {
+            if n % bs != 0 {
+                return None;
+            }
+            n / bs
+        };
+        blocks.checked_mul(self.type_size())
     }
     /// Whether pn-ops can dequantize (and so compute with) this type.
     pub fn is_supported_weight(self) -> bool {
