@@ -331,9 +331,22 @@ pub fn dequant_q4_0(src: &[u8], out: &mut [f32]) -> bool {
     if !has_avx2() || src.len() / super::legacy::Q4_0_BYTES * 32 != out.len() {
         return false;
     }
-    // SAFETY: features detected above; lengths checked above.
-    unsafe { dequant_q4_0_avx(src, out) };
+    // SAFETY: features detected; lengths checked above.
+    unsafe {
+        if has_avx512f() {
+            dequant_q4_0_avx512(src, out)
+        } else {
+            dequant_q4_0_avx(src, out)
+        }
+    };
     true
+}
+
+/// A block's f16 scale as f32 through F16C (exact, as the scalar conversion).
+#[inline(always)]
+unsafe fn block_d(b: &[u8]) -> f32 {
+    // SAFETY: the callers enable F16C; b holds the 2-byte scale.
+    unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(super::rd_u16(b, 0) as i32))) }
 }
 
 #[target_feature(enable = "avx2,f16c")]
@@ -343,12 +356,30 @@ unsafe fn dequant_q4_0_avx(src: &[u8], out: &mut [f32]) {
     for (b, o) in src.chunks_exact(super::legacy::Q4_0_BYTES).zip(out.chunks_exact_mut(32)) {
         // SAFETY: b is one 18-byte block, o 32 floats.
         unsafe {
-            let d = _mm256_set1_ps(super::rd_f16(b, 0));
+            let d = _mm256_set1_ps(block_d(b));
             let q = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
             let (lo, hi) = (_mm_and_si128(q, m4), _mm_and_si128(_mm_srli_epi16(q, 4), m4));
             for (k, v) in [lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)].into_iter().enumerate() {
                 let i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(v), eight);
                 _mm256_storeu_ps(o.as_mut_ptr().add(8 * k), _mm256_mul_ps(_mm256_cvtepi32_ps(i), d));
+            }
+        }
+    }
+}
+
+/// [`dequant_q4_0_avx`] 16 values a vector (the same `(q − 8)·d`, one rounding).
+#[target_feature(enable = "avx2,f16c,avx512f")]
+unsafe fn dequant_q4_0_avx512(src: &[u8], out: &mut [f32]) {
+    let m4 = _mm_set1_epi8(0x0f);
+    let eight = _mm512_set1_epi32(8);
+    for (b, o) in src.chunks_exact(super::legacy::Q4_0_BYTES).zip(out.chunks_exact_mut(32)) {
+        // SAFETY: b is one 18-byte block, o 32 floats.
+        unsafe {
+            let d = _mm512_set1_ps(block_d(b));
+            let q = _mm_loadu_si128(b.as_ptr().add(2) as *const __m128i);
+            for (k, v) in [_mm_and_si128(q, m4), _mm_and_si128(_mm_srli_epi16(q, 4), m4)].into_iter().enumerate() {
+                let i = _mm512_sub_epi32(_mm512_cvtepu8_epi32(v), eight);
+                _mm512_storeu_ps(o.as_mut_ptr().add(16 * k), _mm512_mul_ps(_mm512_cvtepi32_ps(i), d));
             }
         }
     }

@@ -320,6 +320,38 @@ impl super::KvCache {
 #[cfg(test)]
 mod tests {
     use super::{decode_row, from_f16};
+    use crate::quant::legacy::Q4_0_BYTES;
+
+    /// Q4_0 cells decode as the scalar formula `(q − 8)·d` gives, bit for bit, for every
+    /// f16 scale (NaN scales: NaNs) and all 16 codes in both nibbles.
+    #[test]
+    fn q4_0_cells_decode_as_the_scalar_formula() {
+        let blocks: Vec<u8> = (0..=u16::MAX)
+            .flat_map(|d| {
+                let mut b = vec![0u8; Q4_0_BYTES];
+                b[..2].copy_from_slice(&d.to_le_bytes());
+                for (i, q) in b[2..].iter_mut().enumerate() {
+                    *q = ((i as u32 * 7 + d as u32) % 16) as u8 | ((((i as u32 * 5 + 3 * d as u32) % 16) as u8) << 4);
+                }
+                b
+            })
+            .collect();
+        let mut got = vec![0.0f32; blocks.len() / Q4_0_BYTES * 32];
+        // a few blocks per call (a cell row of 64 dims is two) and all at once
+        for per in [2usize, 65536] {
+            for (src, o) in blocks.chunks(per * Q4_0_BYTES).zip(got.chunks_mut(per * 32)) {
+                decode_row(KvType::Q4_0, src, o);
+            }
+            for (b, o) in blocks.chunks_exact(Q4_0_BYTES).zip(got.chunks_exact(32)) {
+                let d = f16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]));
+                for j in 0..32 {
+                    let q = if j < 16 { b[2 + j] & 15 } else { b[2 + j - 16] >> 4 };
+                    let want = (q as i32 - 8) as f32 * d;
+                    assert!(o[j].to_bits() == want.to_bits() || (o[j].is_nan() && want.is_nan()), "scale {:#06x} value {j}: {} vs {want}", u16::from_le_bytes([b[0], b[1]]), o[j]);
+                }
+            }
+        }
+    }
     use crate::quant::floats::f16_bits_to_f32;
     use crate::KvType;
 
