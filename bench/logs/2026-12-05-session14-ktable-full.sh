@@ -1,0 +1,11 @@
+# Session 14, final build: K = 1/2/4/8/16, full-dims q4_k_m, llama.cpp's
+# llama_bench_batch.py then pn bench --slots K, two rounds in turn; agg_tg_tok_s.
+cd /work/main
+git log --oneline | head -1
+for round in 1 2; do
+  echo "-- round $round"
+  ( . ~/.cache/pn-oracle/venv/bin/activate; python ../shared/oracle/llama_bench_batch.py /tmp/fd.gguf --seqs 1,2,4,8,16 --prompt-len 32 --gen 32 --threads 2 2>&1 | grep "agg_tg" )
+  for k in 1 2 4 8 16; do echo -n "pn K=$k "; target/release/pn bench -m /tmp/fd.gguf --slots $k --prompt-len 32 --gen 32 --threads 2 2>&1 | tail -1; done
+  echo -n "pn bench one sequence "; target/release/pn bench -m /tmp/fd.gguf --prompt-len 32 --gen 32 --threads 2 --reps 3 2>&1 | tail -1
+done
+echo DONE
