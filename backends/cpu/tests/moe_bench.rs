@@ -35,6 +35,10 @@ impl Rng {
 /// `rows` random rows of `ty` (Q4_K or Q6_K) with small super-block scales.
 fn weights(ty: GgmlType, k: usize, rows: usize, rng: &mut Rng) -> Vec<u8> {
     let rb = ty.row_bytes(k).unwrap();
+    if ty == GgmlType::F32 {
+        // small finite floats (random bytes would hold NaNs and denormals)
+        return (0..k * rows).flat_map(|_| ((rng.next() % 2001) as f32 / 1000.0 - 1.0).to_le_bytes()).collect();
+    }
     let mut out: Vec<u8> = (0..rb * rows).map(|_| rng.next() as u8).collect();
     let h = half::f16::from_f32(0.002).to_le_bytes();
     for b in out.chunks_mut(ty.type_size()) {
@@ -82,7 +86,7 @@ fn moe_few_tokens() {
         let x = Tensor::f32(Shape::d2(kd, t), pn_ops::testing::uniform(kd * t, 9, 99991));
         // each token: `top` distinct experts drawn at random (`RANDOM_IDS=1`: new ones
         // every call, so the experts come from memory as a model's do, not from the cache)
-        let mut draw = |rng: &mut Rng| -> Vec<i32> {
+        let draw = |rng: &mut Rng| -> Vec<i32> {
             (0..t)
                 .flat_map(|_| {
                     let mut s: Vec<i32> = Vec::new();
@@ -184,8 +188,8 @@ fn matmul_few_tokens() {
     // the types `TYPES` names (e.g. `TYPES=IQ4_XS,Q4_K`)
     if let Some((k, n)) = std::env::var("KN").ok().and_then(|v| v.split_once(',').and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))) {
         let types = std::env::var("TYPES").unwrap_or_else(|_| "Q4_K,Q6_K".into());
-        let all = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS, GgmlType::Q8_0];
-        shapes = types.split(',').map(|t| (*all.iter().find(|ty| ty.to_string() == t).expect("TYPES: Q4_K, Q5_K, Q6_K, IQ4_XS or Q8_0"), k, n)).collect();
+        let all = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS, GgmlType::Q8_0, GgmlType::F32];
+        shapes = types.split(',').map(|t| (*all.iter().find(|ty| ty.to_string() == t).expect("TYPES: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0 or F32"), k, n)).collect();
     }
     let only = std::env::var("SHAPES").ok();
     for (si, (ty, k, n)) in shapes.into_iter().enumerate() {

@@ -31,6 +31,18 @@ pub fn vec_dot_block(
         unsafe { super::x86_f32::block(n, w, wstride, rows, a, astride, m, out, ostride) };
         return true;
     }
+    if w_ty == GgmlType::F32 && m == 1 && has_avx2() && knob(KNOB_F32_PREFETCH, 1) != 0 {
+        // One token (a decode step's router): `vec_dot` row by row, as the generic loop,
+        // with the row `PREFETCH_AHEAD` bytes on prefetched as the quantized rows are
+        // (the plain loop left an F32 stream to the hardware prefetcher alone).
+        let rb = 4 * n;
+        for r in 0..rows {
+            // SAFETY: prefetches never fault, whatever the address.
+            unsafe { prefetch_row(w.as_ptr().wrapping_add(r * wstride + PREFETCH_AHEAD), rb) };
+            out[r * ostride] = super::vec_dot(w_ty, n, &w[r * wstride..], a);
+        }
+        return true;
+    }
     if !has_avx2() || !has_tile(w_ty) || m == 0 {
         return false;
     }
@@ -279,7 +291,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 17;
+pub const N_KNOBS: usize = 18;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -313,6 +325,8 @@ pub const KNOB_AMX_PAIRS: usize = 14;
 pub const KNOB_MOE_FUSED_UPTO: usize = 15;
 /// `KNOBS[16]`: the CPU backend's MoE `MOE_TOKEN_BLOCK` (tokens per pass over the experts).
 pub const KNOB_MOE_TOKEN_BLOCK: usize = 16;
+/// `KNOBS[17]`: 0 = the one-token F32 rows without the row prefetch.
+pub const KNOB_F32_PREFETCH: usize = 17;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
