@@ -80,7 +80,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         model: &l.name,
         tokens: &tokens,
         kv_type: state_cfg.kv.to_string(),
-        ubatch: a.opts.ubatch.unwrap_or(load::DEFAULT_UBATCH),
+        ubatch: l.runner.ubatch,
         argmax: rows.iter().map(|r| argmax(r)).collect(),
         logits: rows,
     };

@@ -128,10 +128,10 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
     a.draft.check()?;
-    let (opts, chunk, async_steps, step_budget, draft_opts, wave_tokens) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone(), a.wave_tokens);
+    let (mut opts, chunk, async_steps, step_budget, draft_opts, wave_tokens) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone(), a.wave_tokens);
+    opts.ubatch.get_or_insert(load::SERVE_UBATCH);
     pn_server::serve(cfg, move || {
-        let mut l = load::load(&opts)?;
-        l.runner.ubatch = opts.ubatch.unwrap_or(load::SERVE_UBATCH);
+        let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
         let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n() });

@@ -8,6 +8,18 @@
 //! Every kernel computes exactly what the pn-ops reference kernel computes, in the same
 //! floating-point order per output element, so CPU and reference results are bitwise equal.
 
+/// `default`, or a benchmark's override of it (`pn_ops::quant::set_knobs`, knob `$knob` of
+/// `pn_ops::quant`; the knobs exist on x86-64 only): `tuned!(KNOB_ROWS16, 1)`.
+macro_rules! tuned {
+    ($knob:ident, $default:expr) => {{
+        #[cfg(target_arch = "x86_64")]
+        let v = pn_ops::quant::knob(pn_ops::quant::$knob, $default);
+        #[cfg(not(target_arch = "x86_64"))]
+        let v = $default;
+        v
+    }};
+}
+
 mod attention;
 mod delta;
 pub mod delta_chunk;

@@ -158,20 +158,14 @@ pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &
 fn row_block_batch(ty: GgmlType) -> usize {
     use GgmlType::*;
     let rows = if matches!(ty, Q8_0 | Q4_0 | IQ4NL | MXFP4) { 256 } else { ROW_BLOCK_BATCH };
-    #[cfg(target_arch = "x86_64")]
-    return pn_ops::quant::knob(pn_ops::quant::KNOB_ROW_BLOCK_BATCH, rows).max(16) / 16 * 16;
-    #[cfg(not(target_arch = "x86_64"))]
-    rows
+    tuned!(KNOB_ROW_BLOCK_BATCH, rows).max(16) / 16 * 16
 }
 
 /// Whether the `rows16` copies are read (a benchmark's A/B may turn them off:
 /// `pn_ops::quant::KNOB_ROWS16`).
 #[inline]
 fn rows16_on() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    return pn_ops::quant::knob(pn_ops::quant::KNOB_ROWS16, 1) != 0;
-    #[cfg(not(target_arch = "x86_64"))]
-    true
+    tuned!(KNOB_ROWS16, 1) != 0
 }
 
 pub fn matmul(ins: &[Value<'_>], out: &TensorMeta) -> Result<Tensor, OpError> {

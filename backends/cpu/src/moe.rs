@@ -142,10 +142,7 @@ pub fn moe_experts_into(ins: &[Value<'_>], out: &TensorMeta, merged: bool, y: &m
     crate::norm::len_check(OP, kd * t, y.len())?;
     SCRATCH.with(|sc| {
     let mut res = Ok(());
-    #[cfg(target_arch = "x86_64")]
-    let block = pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_TOKEN_BLOCK, MOE_TOKEN_BLOCK).max(1);
-    #[cfg(not(target_arch = "x86_64"))]
-    let block = MOE_TOKEN_BLOCK;
+    let block = tuned!(KNOB_MOE_TOKEN_BLOCK, MOE_TOKEN_BLOCK).max(1);
     for t0 in (0..t).step_by(block) {
         let n = block.min(t - t0);
         let (s0, s1) = (t0 * top, (t0 + n) * top);
@@ -378,10 +375,7 @@ const FUSED_UPTO_TOKENS: usize = 8;
 /// Whether the pass runs one task per expert (`expert_ffns`): every active expert has at
 /// most `FUSED_UPTO_TOKENS` tokens, and there are at least two experts per thread.
 fn by_expert(active: &[usize], starts: &[usize]) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    let upto = pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_FUSED_UPTO, FUSED_UPTO_TOKENS);
-    #[cfg(not(target_arch = "x86_64"))]
-    let upto = FUSED_UPTO_TOKENS;
+    let upto = tuned!(KNOB_MOE_FUSED_UPTO, FUSED_UPTO_TOKENS);
     active.len() >= 2 * rayon::current_num_threads().max(1)
         && active.iter().all(|&e| starts[e + 1] - starts[e] <= upto)
 }
@@ -529,29 +523,13 @@ const EXPERT_ROW_TOKENS: usize = 2048;
 /// multiply-adds.
 const LONG_BLOCKS_FROM_EXPERTS: usize = 16;
 
-/// `LONG_BLOCKS_FROM_EXPERTS`, or a benchmark's override (`pn_ops::quant::set_knobs`).
-fn long_blocks_from() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    return pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_LONG_FROM, LONG_BLOCKS_FROM_EXPERTS);
-    #[cfg(not(target_arch = "x86_64"))]
-    LONG_BLOCKS_FROM_EXPERTS
-}
-
-/// `EXPERT_ROW_TOKENS`, or a benchmark's override (`pn_ops::quant::set_knobs`).
-fn row_tokens() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    return pn_ops::quant::knob(pn_ops::quant::KNOB_MOE_ROW_TOKENS, EXPERT_ROW_TOKENS);
-    #[cfg(not(target_arch = "x86_64"))]
-    EXPERT_ROW_TOKENS
-}
-
 /// Rows per task for an expert with `n` tokens among `active` active experts: a multiple
 /// of 16 (the packed kernels' group), at least `EXPERT_ROWS`.
 fn block_rows(n: usize, active: usize) -> usize {
-    if active < long_blocks_from() {
+    if active < tuned!(KNOB_MOE_LONG_FROM, LONG_BLOCKS_FROM_EXPERTS) {
         return EXPERT_ROWS;
     }
-    (row_tokens() / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
+    (tuned!(KNOB_MOE_ROW_TOKENS, EXPERT_ROW_TOKENS) / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
 }
 
 /// Splits `buf` (per active expert e: `rows` × n_e floats at `rows·starts[e]`) into

@@ -320,7 +320,9 @@ impl super::KvCache {
 #[cfg(test)]
 mod tests {
     use super::{decode_row, from_f16};
+    use crate::quant::floats::f16_bits_to_f32;
     use crate::quant::legacy::Q4_0_BYTES;
+    use crate::KvType;
 
     /// Q4_0 cells decode as the scalar formula `(q − 8)·d` gives, bit for bit, for every
     /// f16 scale (NaN scales: NaNs) and all 16 codes in both nibbles.
@@ -352,8 +354,6 @@ mod tests {
             }
         }
     }
-    use crate::quant::floats::f16_bits_to_f32;
-    use crate::KvType;
 
     /// The F16C row conversions (cells as bytes at any alignment, shadows as u16) give
     /// what the scalar conversion gives, for every f16 bit pattern (NaNs: a NaN).
