@@ -324,7 +324,7 @@ impl Runner {
         self.multi(parts, false, Taps::observer(None))
     }
 
-    fn multi(&self, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool, mut taps: Taps<'_>) -> Result<Logits, RunError> {
+    pub(crate) fn multi(&self, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool, mut taps: Taps<'_>) -> Result<Logits, RunError> {
         let n_vocab = self.model().n_vocab();
         if parts.is_empty() {
             return Err(RunError::Empty);
@@ -343,6 +343,10 @@ impl Runner {
             }
             tokens.extend_from_slice(t);
             lens.push(t.len());
+        }
+        // lanes hand out logits only (no observer, no hidden rows)
+        if let Some(lanes) = self.lanes.as_ref().filter(|_| parts.len() > 1 && taps.observer.is_none() && taps.hidden.is_none()) {
+            return self.multi_lanes(lanes, parts, all_logits);
         }
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
         let t = self.eval(&mut seqs, &lens, &tokens, all_logits, &mut taps)?;

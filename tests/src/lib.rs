@@ -17,6 +17,16 @@ pub fn runner(gguf_name: &str, threads: usize) -> Runner {
     Runner::new(m, g, Arc::new(CpuBackend::new(threads))).expect("runner builds")
 }
 
+/// [`runner`] with `lanes` one-thread replicas running a multi-sequence pass in groups
+/// side by side (`Runner::set_lanes`).
+pub fn runner_with_lanes(gguf_name: &str, threads: usize, lanes: usize) -> Runner {
+    let mut r = runner(gguf_name, threads);
+    let g = Arc::new(Gguf::open(&fixture(gguf_name)).expect("fixture opens"));
+    let replicas = (0..lanes).map(|_| Runner::new(r.model_arc(), g.clone(), Arc::new(CpuBackend::new(1))).expect("lane builds")).collect();
+    r.set_lanes(replicas).expect("lane threads start");
+    r
+}
+
 /// llama.cpp's logits for a fixture: tokens and one row of logits per position.
 pub struct Oracle {
     pub tokens: Vec<u32>,

@@ -3,7 +3,8 @@
 //! the step: 1, 3 and 16 slots, different prompt lengths and positions, sequences joining
 //! and leaving at different steps. Also mixed passes (joining sequences' prompts fed in
 //! chunks of 1 to 6 tokens through the decode steps, two at a time, `Slots::step_mixed`)
-//! and the matmul kernels' batch invariance on its own.
+//! and the matmul kernels' batch invariance on its own. The same with lanes (the
+//! sequences of a pass in groups, each run by its own one-thread replica side by side).
 
 use pn_engine::sampler::argmax;
 use pn_engine::{Geometry, Runner, SeqState, SlotHandle, Slots};
@@ -49,12 +50,15 @@ fn check_slots(model: &str, n_slots: usize, n_seq: usize) {
 }
 
 fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<usize>) {
-    let r = runner(model, 2);
+    check_slots_on(&runner(model, 2), model, n_slots, n_seq, chunk)
+}
+
+fn check_slots_on(r: &Runner, model: &str, n_slots: usize, n_seq: usize, chunk: Option<usize>) {
     let vocab = r.model().n_vocab();
     let prompts: Vec<Vec<u32>> = (0..n_seq).map(|i| tokens(i as u64 + 7, 1 + (i * 5) % 13, vocab)).collect();
     let steps: Vec<usize> = (0..n_seq).map(|i| 3 + (i * 3) % 7).collect();
     let join: Vec<usize> = (0..n_seq).map(|i| if n_seq > 1 { i % 3 } else { 0 }).collect();
-    let want: Vec<Alone> = prompts.iter().zip(&steps).map(|(p, &s)| alone(&r, p, s)).collect();
+    let want: Vec<Alone> = prompts.iter().zip(&steps).map(|(p, &s)| alone(r, p, s)).collect();
 
     let mut slots = Slots::new(n_slots);
     // per sequence: handle, next token, rows seen, greedy tokens
@@ -89,7 +93,7 @@ fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<
             let ends: Vec<usize> = filling.iter().enumerate().map(|(j, &(i, _, p))| (p + c + j).min(prompts[i].len())).collect();
             let mut chunks: Vec<(&mut SeqState, &[u32])> =
                 filling.iter_mut().zip(&ends).map(|((i, st, p), &e)| (st, &prompts[*i][*p..e])).collect();
-            let l = slots.step_mixed(&r, &pairs, &mut chunks).unwrap();
+            let l = slots.step_mixed(r, &pairs, &mut chunks).unwrap();
             assert_eq!(l.rows(), batch.len() + filling.len(), "a row per decode token and per chunk");
             let mut row_end = batch.len();
             for (f, &e) in filling.iter_mut().zip(&ends) {
@@ -112,7 +116,7 @@ fn check_slots_chunked(model: &str, n_slots: usize, n_seq: usize, chunk: Option<
             }
             logits = Some(l);
         } else if !batch.is_empty() {
-            logits = Some(slots.step(&r, &pairs).unwrap());
+            logits = Some(slots.step(r, &pairs).unwrap());
         }
         if let Some(logits) = logits {
             for (row_i, &(i, h, _)) in batch.iter().enumerate() {
@@ -163,6 +167,20 @@ fn mixed_passes_equal_alone() {
     check_slots_chunked("tiny-f16.gguf", 3, 5, Some(2));
 }
 
+/// Lanes: 2 and 3 replicas stepping groups of the slots side by side (decode steps and
+/// mixed passes) give every row bitwise as alone; so do lanes of a single-sequence
+/// runner (one thread: the caller's).
+#[test]
+fn lanes_equal_alone() {
+    for (threads, lanes) in [(2, 2), (2, 3), (1, 2)] {
+        let r = runner_with_lanes("ktiny-q4_k_m.gguf", threads, lanes);
+        assert_eq!(r.lanes(), lanes);
+        check_slots_on(&r, "ktiny-q4_k_m.gguf", 16, 20, None);
+        check_slots_on(&r, "ktiny-q4_k_m.gguf", 4, 7, Some(3));
+    }
+    check_slots_on(&runner_with_lanes("tiny-f16.gguf", 2, 2), "tiny-f16.gguf", 3, 5, Some(2));
+}
+
 #[test]
 fn slots_equal_alone_for_llama_qwen3_qwen2() {
     for m in ["llama-tiny-f32.gguf", "llama-spm-tiny-f16.gguf", "qwen3-ktiny-q4_k_m.gguf", "qwen2-tiny-f32.gguf"] {
@@ -170,29 +188,31 @@ fn slots_equal_alone_for_llama_qwen3_qwen2() {
     }
 }
 
+/// The built-in model, 16 slots, one pass and two lanes: every row as alone.
 #[test]
 fn sixteen_slots_default_model() {
-    let g = std::sync::Arc::new(pn_engine::Gguf::open(&fixture("../../models/default/pn-default-code-q4_k_m.gguf")).unwrap());
-    let m = pn_models::load(&g).unwrap();
-    let r = Runner::new(m, g, std::sync::Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
+    const DEFAULT: &str = "../../models/default/pn-default-code-q4_k_m.gguf";
+    let r = runner(DEFAULT, 2);
     let vocab = r.model().n_vocab();
     let prompts: Vec<Vec<u32>> = (0..16).map(|i| tokens(100 + i, 2 + i as usize % 6, vocab)).collect();
     let want: Vec<Alone> = prompts.iter().map(|p| alone(&r, p, 3)).collect();
-    let mut slots = Slots::new(16);
-    let mut cur: Vec<(SlotHandle, u32)> = prompts
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let mut st = r.new_state(64);
-            r.forward(&mut st, p, false).unwrap();
-            (slots.bind(st).unwrap(), want[i].toks[0])
-        })
-        .collect();
-    for s in 1..=3 {
-        let l = slots.step(&r, &cur).unwrap();
-        for (i, c) in cur.iter_mut().enumerate() {
-            assert!(l.row(i) == &want[i].rows[s][..], "default model: seq {i} step {s}");
-            c.1 = argmax(l.row(i)) as u32;
+    for r in [r, runner_with_lanes(DEFAULT, 2, 2)] {
+        let mut slots = Slots::new(16);
+        let mut cur: Vec<(SlotHandle, u32)> = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let mut st = r.new_state(64);
+                r.forward(&mut st, p, false).unwrap();
+                (slots.bind(st).unwrap(), want[i].toks[0])
+            })
+            .collect();
+        for s in 1..=3 {
+            let l = slots.step(&r, &cur).unwrap();
+            for (i, c) in cur.iter_mut().enumerate() {
+                assert!(l.row(i) == &want[i].rows[s][..], "default model, {} lanes: seq {i} step {s}", r.lanes());
+                c.1 = argmax(l.row(i)) as u32;
+            }
         }
     }
 }
@@ -219,8 +239,8 @@ fn forward_multi_rows_equal_alone() {
 /// lengths including one-token sequences beside prompts, on 1 and 2 threads.
 #[test]
 fn forward_multi_last_rows_are_the_last_rows() {
-    for threads in [1, 2] {
-        let r = runner("ktiny-q4_k_m.gguf", threads);
+    for (threads, lanes) in [(1, 0), (2, 0), (2, 2)] {
+        let r = if lanes > 0 { runner_with_lanes("ktiny-q4_k_m.gguf", threads, lanes) } else { runner("ktiny-q4_k_m.gguf", threads) };
         let v = r.model().n_vocab();
         for lens in [&[9, 4][..], &[1, 7, 1, 3], &[5, 1], &[2, 2, 2]] {
             let toks: Vec<Vec<u32>> = lens.iter().enumerate().map(|(i, &n)| tokens(10 + i as u64, n, v)).collect();
@@ -238,7 +258,7 @@ fn forward_multi_last_rows_are_the_last_rows() {
             let mut end = 0;
             for (i, &n) in lens.iter().enumerate() {
                 end += n;
-                assert!(last.row(i) == all.row(end - 1), "{lens:?}, {threads} threads: sequence {i}'s last row differs");
+                assert!(last.row(i) == all.row(end - 1), "{lens:?}, {threads} threads, {lanes} lanes: sequence {i}'s last row differs");
             }
         }
     }

@@ -178,10 +178,41 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     let m = pn_models::load(&gguf).with_context(|| format!("cannot load model {name}"))?;
     check_split(o, &place, m.n_layer())?;
     let dies = dies(&place, threads)?;
+    let n_lanes = lanes(&place, threads, size)?;
     let mut runner = Runner::with_dies(m, gguf.clone(), dies, place).with_context(|| format!("cannot load model {name}"))?;
     pb.finish_and_clear();
     runner.ubatch = o.ubatch.unwrap_or(DEFAULT_UBATCH);
+    if n_lanes > 1 {
+        let replicas = (0..n_lanes)
+            .map(|_| {
+                let b = Arc::new(CpuBackend::try_new(1).map_err(anyhow::Error::msg)?) as Arc<dyn pn_engine::Backend>;
+                Runner::new(runner.model_arc(), gguf.clone(), b).with_context(|| format!("cannot load model {name}"))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        runner.set_lanes(replicas).map_err(anyhow::Error::msg)?;
+    }
     Ok(Loaded { name, is_default, gguf, runner, threads, load_secs: t0.elapsed().as_secs_f64() })
+}
+
+/// Model files up to which a pass of several sequences runs as one lane per thread
+/// (`pn_engine` runner/lanes.rs: each thread its own group of sequences, no fork/join
+/// inside the pass): weights that stay in the caches cost little to read once per
+/// lane. The built-in model (13 MB), default slots 16, Xeon 6/207, 2 threads: two
+/// one-thread passes of 8 sequences gave 8300 tok/s beside one two-thread pass of 16 at
+/// 6200 (docs/serving.md "Lanes"); a full-dims file (1.2 GB, read from memory) is slower so.
+const LANES_MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Lanes for a multi-sequence pass: `$PN_LANES` (0 or 1: off; N: N lanes, at most the
+/// threads), else one per thread for a CPU model of at most [`LANES_MAX_FILE_BYTES`].
+fn lanes(place: &Placement, threads: usize, file_bytes: u64) -> Result<usize> {
+    let one_cpu = matches!(place.named_dies()[..], [d] if d.kind == DeviceKind::Cpu);
+    match std::env::var("PN_LANES").ok().filter(|v| !v.trim().is_empty() && v.trim() != "auto") {
+        Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n <= threads.max(1) => Ok(if one_cpu { n } else { 1 }),
+            _ => bail!("PN_LANES: expected auto, 0 (off) or a lane count up to the {threads} threads, found {v:?}"),
+        },
+        None => Ok(if one_cpu && threads >= 2 && file_bytes <= LANES_MAX_FILE_BYTES { threads } else { 1 }),
+    }
 }
 
 /// Bytes as people read them: 1.16 GB, 36.2 MB, 512 B.
@@ -206,7 +237,11 @@ pub fn announce(l: &Loaded, kv: pn_ops::KvType, max_seq: usize) {
     }
     let size = human_bytes(l.gguf.file_bytes().len() as u64);
     let dies = l.runner.dies().iter().map(|d| d.device.to_string()).collect::<Vec<_>>().join(",");
-    eprintln!("{}: {size}, loaded in {:.2} s, {} threads on {dies}, KV {kv}, context {max_seq}", l.name, l.load_secs, l.threads);
+    let lanes = match l.runner.lanes() {
+        1 => String::new(),
+        n => format!(" ({n} lanes for several sequences)"),
+    };
+    eprintln!("{}: {size}, loaded in {:.2} s, {} threads on {dies}{lanes}, KV {kv}, context {max_seq}", l.name, l.load_secs, l.threads);
 }
 
 pub fn tokenizer(l: &Loaded) -> Result<Tokenizer> {

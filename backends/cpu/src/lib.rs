@@ -38,9 +38,10 @@ use pn_ops::reference::common::{validate, validate_state};
 use pn_ops::{LayerState, Op, OpError, SeqSpan, Tensor, TensorMeta, Value};
 
 /// The CPU backend: owns its own rayon thread pool (two instances are two independent
-/// "dies").
+/// "dies"); with one thread, none: it runs on the caller's thread (no hand-off per pass;
+/// what each of a runner's lanes is, `pn_engine` runner/lanes.rs).
 pub struct CpuBackend {
-    pool: rayon::ThreadPool,
+    pool: Option<rayon::ThreadPool>,
     threads: usize,
     /// The buffer slots (host memory: the CPU's device memory).
     mem: HostMem,
@@ -57,13 +58,26 @@ impl CpuBackend {
 
     /// Like [`CpuBackend::new`], with a failure to start the threads as an error.
     pub fn try_new(threads: usize) -> Result<CpuBackend, String> {
+        if threads == 1 {
+            return Ok(CpuBackend { pool: None, threads, mem: HostMem::new() });
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("pn-cpu-{i}"))
             .build()
             .map_err(|e| format!("cannot start {threads} CPU threads: {e}"))?;
         let threads = pool.current_num_threads();
-        Ok(CpuBackend { pool, threads, mem: HostMem::new() })
+        Ok(CpuBackend { pool: Some(pool), threads, mem: HostMem::new() })
+    }
+
+    /// `f` on this backend's threads: inside the pool (a caller that already is one of
+    /// its threads runs it directly), or, without a pool, on the caller's thread with
+    /// every loop serial.
+    fn on_threads<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(p) => p.install(f),
+            None => par::inline(f),
+        }
     }
 
     /// Number of worker threads.
@@ -89,7 +103,7 @@ impl CpuBackend {
         }
         // Inside `run_pass` the caller already is one of this pool's threads: `install`
         // then runs the op directly, without a hand-off.
-        self.pool.install(|| dispatch(op, ins, out, state))
+        self.on_threads(|| dispatch(op, ins, out, state))
     }
 }
 
@@ -311,16 +325,17 @@ impl HostKernels for CpuBackend {
         if runs_inline(op, inputs, meta) {
             return par::inline(|| dispatch_into(op, inputs, meta, state, out));
         }
-        self.pool.install(|| dispatch_into(op, inputs, meta, state, out))
+        self.on_threads(|| dispatch_into(op, inputs, meta, state, out))
     }
 
     /// The whole segment on one of this backend's threads: heavy ops then start their
     /// parallel loops from inside the pool (no wake-up and blocking wait per op), and the
     /// light ones run inline there as before.
     fn run_pass(&self, f: &mut (dyn FnMut() + Send)) {
-        if self.threads <= 1 || !spin_pass() {
-            return self.pool.install(f);
-        }
+        let pool = match &self.pool {
+            Some(p) if self.threads > 1 && spin_pass() => p,
+            _ => return self.on_threads(f),
+        };
         // The other workers stay awake for the whole pass, taking the halves of the
         // ops' parallel loops as soon as they are pushed, instead of sleeping between
         // ops (a futex wake-up and a context switch for each parallel op otherwise).
@@ -342,7 +357,7 @@ impl HostKernels for CpuBackend {
                 }
             }
         };
-        self.pool.install(|| {
+        pool.install(|| {
             let pass_thread = rayon::current_thread_index();
             // Never spin on the pass's own thread (it could pick a spinner up while waiting
             // inside `f`, which would then never finish).
@@ -390,6 +405,6 @@ impl HostKernels for CpuBackend {
         if runs_inline(op, ins, meta) {
             return par::inline(run);
         }
-        self.pool.install(run)
+        self.on_threads(run)
     }
 }

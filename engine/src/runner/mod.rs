@@ -19,6 +19,7 @@
 
 mod arena;
 mod eval;
+mod lanes;
 mod moves;
 
 use crate::backend::{Backend, Executable, Memory, OpCode, OpInput, SegmentCode, Support};
@@ -172,6 +173,9 @@ pub struct Runner {
     /// Per die: where its backend's memory is, and the arena id of its slots there.
     memory: Vec<Memory>,
     arena_ids: Vec<u64>,
+    /// Replicas on one-thread backends that run a multi-sequence pass as groups side
+    /// by side ([`Runner::set_lanes`]; none: one pass).
+    pub(crate) lanes: Option<lanes::Lanes>,
 }
 
 fn weight_shape(info: &TensorInfo) -> Shape {
@@ -214,6 +218,7 @@ impl Runner {
             reserved: AtomicBool::new(false),
             memory,
             arena_ids,
+            lanes: None,
         };
         r.compiled(Geometry::one(1, false))?;
         Ok(r)
@@ -221,6 +226,27 @@ impl Runner {
 
     pub fn model(&self) -> &dyn Model {
         &*self.model
+    }
+    /// The model, shared (to build [`Runner::set_lanes`]'s replicas).
+    pub fn model_arc(&self) -> Arc<dyn Model> {
+        self.model.clone()
+    }
+
+    /// Lanes (runner/lanes.rs): `lanes` replicas of this runner (the same model and
+    /// file, each on its own one-thread backend) run the sequences of a multi-sequence
+    /// pass in groups side by side; fewer than two: one pass, as without. They take this
+    /// runner's `ubatch`.
+    pub fn set_lanes(&mut self, mut lanes: Vec<Runner>) -> Result<(), String> {
+        for l in &mut lanes {
+            l.ubatch = self.ubatch;
+            l.lanes = None;
+        }
+        self.lanes = if lanes.len() >= 2 { Some(lanes::Lanes::new(lanes)?) } else { None };
+        Ok(())
+    }
+    /// How many lanes run a multi-sequence pass (1: one pass).
+    pub fn lanes(&self) -> usize {
+        self.lanes.as_ref().map_or(1, |l| l.runners.len())
     }
     pub fn gguf(&self) -> &Gguf {
         &self.gguf
