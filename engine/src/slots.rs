@@ -344,9 +344,9 @@ impl Runner {
             tokens.extend_from_slice(t);
             lens.push(t.len());
         }
-        // lanes hand out logits only (no observer, no hidden rows)
-        if let Some(lanes) = self.lanes.as_ref().filter(|_| parts.len() > 1 && taps.observer.is_none() && taps.hidden.is_none()) {
-            return self.multi_lanes(lanes, parts, all_logits);
+        // lanes hand out logits and hidden rows (an observer sees one pass)
+        if let Some(lanes) = self.lanes.as_ref().filter(|_| parts.len() > 1 && taps.observer.is_none()) {
+            return self.multi_lanes(lanes, parts, all_logits, taps.hidden);
         }
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
         let t = self.eval(&mut seqs, &lens, &tokens, all_logits, &mut taps)?;

@@ -17,7 +17,12 @@ fn load(name: &str) -> (Runner, Arc<Gguf>) {
     let p = if name == "default" { default_path() } else { fixture(name) };
     let g = Arc::new(Gguf::open(&p).unwrap());
     let m = pn_models::load(&g).unwrap();
-    (Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).unwrap(), g)
+    let mut r = Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
+    // two lanes, as the CLI and the server run these small files: verify passes of
+    // several slots (and their hidden rows) go through them
+    let lanes = (0..2).map(|_| Runner::new(r.model_arc(), g.clone(), Arc::new(pn_cpu::CpuBackend::new(1))).unwrap()).collect();
+    r.set_lanes(lanes).unwrap();
+    (r, g)
 }
 
 /// A prompt that repeats itself (prompt lookup finds matches from the start).

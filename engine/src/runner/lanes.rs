@@ -54,9 +54,9 @@ impl Lanes {
 
 impl Runner {
     /// Runs every lane's group beside the others (lane 0 on this thread, each other lane
-    /// on a lane thread), then joins their logits rows in the parts' order. The parts were
-    /// checked by the caller (tokens, room).
-    pub(crate) fn multi_lanes(&self, lanes: &Lanes, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool) -> Result<Logits, RunError> {
+    /// on a lane thread), then joins their logits rows (and, with `hidden`, their hidden
+    /// rows) in the parts' order. The parts were checked by the caller (tokens, room).
+    pub(crate) fn multi_lanes(&self, lanes: &Lanes, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool, hidden: Option<&mut Vec<f32>>) -> Result<Logits, RunError> {
         let lens: Vec<usize> = parts.iter().map(|(_, t)| t.len()).collect();
         let ends = split(&lens, lanes.runners.len());
         let mut groups = Vec::with_capacity(ends.len());
@@ -66,19 +66,29 @@ impl Runner {
             groups.push(g);
             (rest, at) = (r, end);
         }
-        let mut results: Vec<Option<Result<Logits, RunError>>> = (0..groups.len()).map(|_| None).collect();
+        let want_h = hidden.is_some();
+        // per lane: its logits and its hidden rows
+        let mut results: Vec<(Option<Result<Logits, RunError>>, Vec<f32>)> = (0..groups.len()).map(|_| (None, Vec::new())).collect();
         let (first, others) = results.split_first_mut().expect("at least one group");
+        let run = move |lane: &Runner, g: &mut [(&mut SeqState, &[u32])], out: &mut (Option<Result<Logits, RunError>>, Vec<f32>)| {
+            let taps = if want_h { Taps::hidden(&mut out.1) } else { Taps::default() };
+            out.0 = Some(lane.multi(g, all_logits, taps));
+        };
         let mut work = groups.into_iter().zip(&lanes.runners);
         let (g0, lane0) = work.next().expect("at least one group");
         lanes.pool.in_place_scope(|s| {
             for ((g, lane), out) in work.zip(others.iter_mut()) {
-                s.spawn(move |_| *out = Some(lane.multi(g, all_logits, Taps::default())));
+                s.spawn(move |_| run(lane, g, out));
             }
-            *first = Some(lane0.multi(g0, all_logits, Taps::default()));
+            run(lane0, g0, first);
         });
         let mut data = Vec::new();
-        for r in results {
+        let mut rows = hidden;
+        for (r, h) in results {
             data.extend_from_slice(&r.expect("every lane ran")?.data);
+            if let Some(rows) = rows.as_deref_mut() {
+                rows.extend_from_slice(&h);
+            }
         }
         Ok(Logits { n_vocab: self.model.n_vocab(), data })
     }

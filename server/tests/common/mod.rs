@@ -27,7 +27,10 @@ pub const KTINY: &str = "tests/fixtures/ktiny-q4_k_m.gguf";
 pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
     let g = Arc::new(Gguf::open(&repo(model)).expect("model opens"));
     let m = pn_models::load(&g).expect("model loads");
-    let runner = Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).expect("runner builds");
+    let mut runner = Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).expect("runner builds");
+    // two lanes, as `pn serve` runs these small files (tools/src/load.rs)
+    let lanes = (0..2).map(|_| Runner::new(runner.model_arc(), g.clone(), Arc::new(pn_cpu::CpuBackend::new(1))).expect("lane builds")).collect();
+    runner.set_lanes(lanes).expect("lane threads start");
     let tokenizer = Tokenizer::from_gguf(&g).expect("tokenizer");
     ModelSpec {
         id: "test-model".into(),
