@@ -53,6 +53,15 @@ impl Lanes {
 }
 
 impl Runner {
+    /// Compiles `geom` on every lane now (no lanes: nothing), so a server meets its
+    /// lanes' decode steps compiled.
+    pub fn plan_lanes(&self, geom: crate::model::Geometry) -> Result<(), RunError> {
+        for lane in self.lanes.iter().flat_map(|l| &l.runners) {
+            lane.plan(geom)?;
+        }
+        Ok(())
+    }
+
     /// Runs every lane's group beside the others (lane 0 on this thread, each other lane
     /// on a lane thread), then joins their logits rows (and, with `hidden`, their hidden
     /// rows) in the parts' order. The parts were checked by the caller (tokens, room).

@@ -219,7 +219,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     let (n_slots, note) = slot_ladder(runner.model(), &state, slots, arenas + cache.budget_bytes as u64, avail)?;
     notes.extend(note);
     let created = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    warm_geometries(&runner)?;
+    warm_geometries(&runner, n_slots)?;
     let tok = Arc::new(tokenizer);
     let info = ModelInfo { id, name, tokenizer: tok.clone(), n_ctx: state.max_seq, ring: state.overflow == pn_ops::Overflow::Ring, n_slots, created };
     shared.metrics.n_slots.store(n_slots as u64, Ordering::Relaxed);
@@ -253,11 +253,19 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
 /// grew for minutes under load (decode steps of 1..=slots, prefill passes of any length up
 /// to `ubatch`, mixed passes of both: docs/server.md, "Load and faults"). Compiled up
 /// front, they are all there from the start and the resident memory stays flat.
-fn warm_geometries(runner: &Runner) -> anyhow::Result<()> {
+/// Decode steps of 2..=`n_slots` streams too (`{K, K}`), or, when the runner has lanes
+/// (docs/serving.md "Lanes"), the lanes' shares of them.
+fn warm_geometries(runner: &Runner, n_slots: usize) -> anyhow::Result<()> {
+    use pn_engine::Geometry;
     for n_tokens in 1..=runner.ubatch.max(1) {
         for all_logits in [false, true] {
-            runner.plan(pn_engine::Geometry::one(n_tokens, all_logits))?;
+            runner.plan(Geometry::one(n_tokens, all_logits))?;
         }
+    }
+    let decode = |k: usize| Geometry { n_tokens: k, seqs: k, all_logits: true };
+    match runner.lanes() {
+        1 => (2..=n_slots).try_for_each(|k| runner.plan(decode(k)).map(drop))?,
+        n => (1..=n_slots.div_ceil(n)).try_for_each(|k| runner.plan_lanes(decode(k)))?,
     }
     Ok(())
 }
