@@ -199,7 +199,8 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
 /// inside the pass): weights that stay in the caches cost little to read once per
 /// lane. The built-in model (13 MB), default slots 16, Xeon 6/207, 2 threads: two
 /// one-thread passes of 8 sequences gave 8300 tok/s beside one two-thread pass of 16 at
-/// 6200 (docs/serving.md "Lanes"); a full-dims file (1.2 GB, read from memory) is slower so.
+/// 6200 (docs/serving.md "Lanes"); a 38 MB `small` file +23%; full-dims-wide files of
+/// 89 and 219 MB level; the 1.2 GB full-dims file 9% slower (read from memory twice).
 const LANES_MAX_FILE_BYTES: u64 = 64 << 20;
 
 /// Lanes for a multi-sequence pass: `$PN_LANES` (0 or 1: off; N: N lanes, at most the
