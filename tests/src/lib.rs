@@ -21,9 +21,7 @@ pub fn runner(gguf_name: &str, threads: usize) -> Runner {
 /// side by side (`Runner::set_lanes`).
 pub fn runner_with_lanes(gguf_name: &str, threads: usize, lanes: usize) -> Runner {
     let mut r = runner(gguf_name, threads);
-    let g = Arc::new(Gguf::open(&fixture(gguf_name)).expect("fixture opens"));
-    let replicas = (0..lanes).map(|_| Runner::new(r.model_arc(), g.clone(), Arc::new(CpuBackend::new(1))).expect("lane builds")).collect();
-    r.set_lanes(replicas).expect("lane threads start");
+    pn_cpu::add_lanes(&mut r, lanes).expect("lanes start");
     r
 }
 

@@ -20,8 +20,7 @@ fn load(name: &str) -> (Runner, Arc<Gguf>) {
     let mut r = Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).unwrap();
     // two lanes, as the CLI and the server run these small files: verify passes of
     // several slots (and their hidden rows) go through them
-    let lanes = (0..2).map(|_| Runner::new(r.model_arc(), g.clone(), Arc::new(pn_cpu::CpuBackend::new(1))).unwrap()).collect();
-    r.set_lanes(lanes).unwrap();
+    pn_cpu::add_lanes(&mut r, 2).unwrap();
     (r, g)
 }
 

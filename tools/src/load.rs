@@ -183,13 +183,7 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     pb.finish_and_clear();
     runner.ubatch = o.ubatch.unwrap_or(DEFAULT_UBATCH);
     if n_lanes > 1 {
-        let replicas = (0..n_lanes)
-            .map(|_| {
-                let b = Arc::new(CpuBackend::try_new(1).map_err(anyhow::Error::msg)?) as Arc<dyn pn_engine::Backend>;
-                Runner::new(runner.model_arc(), gguf.clone(), b).with_context(|| format!("cannot load model {name}"))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        runner.set_lanes(replicas).map_err(anyhow::Error::msg)?;
+        pn_cpu::add_lanes(&mut runner, n_lanes).map_err(|e| anyhow::anyhow!("cannot load model {name}: {e}"))?;
     }
     Ok(Loaded { name, is_default, gguf, runner, threads, load_secs: t0.elapsed().as_secs_f64() })
 }

@@ -172,6 +172,18 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
     light && out.shape.numel() <= INLINE_MAX
 }
 
+/// Gives `runner` `n` lanes (`pn_engine` runner/lanes.rs): replicas on one-thread CPU
+/// backends, each running on its caller's thread. Fewer than two: none.
+pub fn add_lanes(runner: &mut pn_engine::Runner, n: usize) -> Result<(), String> {
+    let replicas = (0..n)
+        .map(|_| {
+            let b = std::sync::Arc::new(CpuBackend::try_new(1)?) as std::sync::Arc<dyn pn_engine::Backend>;
+            runner.replica(b).map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    runner.set_lanes(replicas)
+}
+
 /// Sets the flag when dropped: also when the pass panics, so the spinners stop and the
 /// joins can unwind.
 struct Done<'a>(&'a std::sync::atomic::AtomicBool);

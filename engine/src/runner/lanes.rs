@@ -34,6 +34,9 @@ pub(crate) fn split(lens: &[usize], lanes: usize) -> Vec<usize> {
     ends
 }
 
+/// What a lane hands back: its logits (once run) and its hidden rows.
+type LaneOut = (Option<Result<Logits, RunError>>, Vec<f32>);
+
 /// The replicas and the threads that run lanes 1.. (lane 0 runs on the caller's).
 pub(crate) struct Lanes {
     pub(crate) runners: Vec<Runner>,
@@ -76,10 +79,9 @@ impl Runner {
             (rest, at) = (r, end);
         }
         let want_h = hidden.is_some();
-        // per lane: its logits and its hidden rows
-        let mut results: Vec<(Option<Result<Logits, RunError>>, Vec<f32>)> = (0..groups.len()).map(|_| (None, Vec::new())).collect();
+        let mut results: Vec<LaneOut> = (0..groups.len()).map(|_| (None, Vec::new())).collect();
         let (first, others) = results.split_first_mut().expect("at least one group");
-        let run = move |lane: &Runner, g: &mut [(&mut SeqState, &[u32])], out: &mut (Option<Result<Logits, RunError>>, Vec<f32>)| {
+        let run = move |lane: &Runner, g: &mut [(&mut SeqState, &[u32])], out: &mut LaneOut| {
             let taps = if want_h { Taps::hidden(&mut out.1) } else { Taps::default() };
             out.0 = Some(lane.multi(g, all_logits, taps));
         };

@@ -227,9 +227,10 @@ impl Runner {
     pub fn model(&self) -> &dyn Model {
         &*self.model
     }
-    /// The model, shared (to build [`Runner::set_lanes`]'s replicas).
-    pub fn model_arc(&self) -> Arc<dyn Model> {
-        self.model.clone()
+    /// A runner of the same model and file on one die of `backend` (`cpu:0`): what
+    /// [`Runner::set_lanes`] takes.
+    pub fn replica(&self, backend: Arc<dyn Backend>) -> Result<Runner, RunError> {
+        Runner::new(self.model.clone(), self.gguf.clone(), backend)
     }
 
     /// Lanes (runner/lanes.rs): `lanes` replicas of this runner (the same model and

@@ -29,8 +29,7 @@ pub fn spec(model: &str, slots: usize, ctx: usize) -> ModelSpec {
     let m = pn_models::load(&g).expect("model loads");
     let mut runner = Runner::new(m, g.clone(), Arc::new(pn_cpu::CpuBackend::new(2))).expect("runner builds");
     // two lanes, as `pn serve` runs these small files (tools/src/load.rs)
-    let lanes = (0..2).map(|_| Runner::new(runner.model_arc(), g.clone(), Arc::new(pn_cpu::CpuBackend::new(1))).expect("lane builds")).collect();
-    runner.set_lanes(lanes).expect("lane threads start");
+    pn_cpu::add_lanes(&mut runner, 2).expect("lanes start");
     let tokenizer = Tokenizer::from_gguf(&g).expect("tokenizer");
     ModelSpec {
         id: "test-model".into(),
