@@ -159,7 +159,9 @@ pub struct Runner {
     dies: Vec<Die>,
     placement: Placement,
     tensor_ix: HashMap<String, usize>,
-    graphs: Mutex<HashMap<Key, Arc<Graph>>>,
+    /// The model's graph per geometry (shared with [`Runner::replica`]s: the same model
+    /// builds the same graphs).
+    graphs: Arc<Mutex<HashMap<Key, Arc<Graph>>>>,
     compiled: Mutex<HashMap<Key, Arc<Compiled>>>,
     /// Maximum tokens per forward pass; longer inputs are split (state carries over).
     pub ubatch: usize,
@@ -208,7 +210,7 @@ impl Runner {
             dies,
             placement,
             tensor_ix,
-            graphs: Mutex::new(HashMap::new()),
+            graphs: Arc::new(Mutex::new(HashMap::new())),
             compiled: Mutex::new(HashMap::new()),
             ubatch: 256,
             debug: debug::level_from_env(),
@@ -230,7 +232,9 @@ impl Runner {
     /// A runner of the same model and file on one die of `backend` (`cpu:0`): what
     /// [`Runner::set_lanes`] takes.
     pub fn replica(&self, backend: Arc<dyn Backend>) -> Result<Runner, RunError> {
-        Runner::new(self.model.clone(), self.gguf.clone(), backend)
+        let mut r = Runner::new(self.model.clone(), self.gguf.clone(), backend)?;
+        r.graphs = self.graphs.clone();
+        Ok(r)
     }
 
     /// Lanes (runner/lanes.rs): `lanes` replicas of this runner (the same model and
