@@ -393,7 +393,12 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         configure(if split_shift > 0 || F == Q6K { 64 } else { 32 });
         // SAFETY: an all-zero bit pattern is a valid Packed16.
         sc.pk.pks.resize(nb, std::mem::zeroed());
-        for i in 0..nb {
+        // per-sub-block products (Q4_K / Q5_K below the split form, IQ4_XS): the first
+        // token tile packs each super-block one step ahead of its products (its tiles then
+        // load from L1, not from a whole group packed into L2 first) and spreads the next
+        // rows' prefetch over its blocks (one burst stalled the first products)
+        let ahead = m >= 16 && split_shift == 0 && F != Q6K && super::x86_block::knob(super::x86_block::KNOB_AMX_AHEAD, 1) != 0;
+        for i in 0..if ahead { 1 } else { nb } {
             pack16_from::<F, S>(src.block::<F>(i), &mut sc.pk.pks[i]);
         }
         if F == Q6K {
@@ -417,10 +422,12 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
             sc.c.push([[0; 256]; 4]);
         }
         let buf = &mut sc.c[0];
-        // the next rows load while the first token tile computes
-        if let Some((p, len)) = next {
+        // the next rows load while the first token tile computes (a block a step ahead:
+        // spread over its super-blocks instead, below)
+        if let (Some((p, len)), false) = (next, ahead) {
             super::x86::prefetch_l2_range(p, 0, len);
         }
+        let pf_step = next.map_or(0, |(_, len)| len.div_ceil(nb.max(1)).next_multiple_of(64));
         let pairs = split_shift > 0 && super::x86_block::knob(super::x86_block::KNOB_AMX_PAIRS, 1) != 0;
         let mut t0 = 0;
         while t0 < m {
@@ -454,6 +461,26 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
             }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };
             let mut sumf = [_mm512_setzero_ps(); 16];
+            if ahead && t0 == 0 {
+                // the first token tile packs as it goes; the later ones find every block packed
+                for i in 0..nb {
+                    if let Some((p, len)) = next {
+                        super::x86::prefetch_l2_range(p, (i * pf_step).min(len), ((i + 1) * pf_step).min(len));
+                    }
+                    if i + 1 < nb {
+                        pack16_from::<F, S>(src.block::<F>(i + 1), &mut sc.pk.pks[i + 1]);
+                    }
+                    let pk = &sc.pk.pks[i];
+                    let [b0, b1, _, _] = &mut *buf;
+                    let isum = isums16(pk, at.add(i * Q8_K_BYTES), astride, [b0, b1]);
+                    finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                }
+                for (j, v) in sumf.iter().enumerate() {
+                    x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
+                }
+                t0 += 16;
+                continue;
+            }
             for (i, pk) in sc.pk.pks.iter().enumerate() {
                 let y = at.add(i * Q8_K_BYTES);
                 let [b0, b1, _, _] = &mut *buf;

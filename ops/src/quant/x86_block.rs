@@ -291,7 +291,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 18;
+pub const N_KNOBS: usize = 19;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -327,6 +327,9 @@ pub const KNOB_MOE_FUSED_UPTO: usize = 15;
 pub const KNOB_MOE_TOKEN_BLOCK: usize = 16;
 /// `KNOBS[17]`: 0 = the one-token F32 rows without the row prefetch.
 pub const KNOB_F32_PREFETCH: usize = 17;
+/// `KNOBS[18]`: 0 = a 16-token AMX block packs all its super-blocks before the products
+/// (not each one a step ahead of them).
+pub const KNOB_AMX_AHEAD: usize = 18;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
