@@ -397,7 +397,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         // token tile packs each super-block one step ahead of its products (its tiles then
         // load from L1, not from a whole group packed into L2 first) and spreads the next
         // rows' prefetch over its blocks (one burst stalled the first products)
-        let ahead = m >= 16 && split_shift == 0 && F != Q6K && super::x86_block::knob(super::x86_block::KNOB_AMX_AHEAD, 1) != 0;
+        let ahead = m >= 16 && split_shift == 0 && F != Q6K && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0;
         for i in 0..if ahead { 1 } else { nb } {
             pack16_from::<F, S>(src.block::<F>(i), &mut sc.pk.pks[i]);
         }

@@ -327,9 +327,10 @@ pub const KNOB_MOE_FUSED_UPTO: usize = 15;
 pub const KNOB_MOE_TOKEN_BLOCK: usize = 16;
 /// `KNOBS[17]`: 0 = the one-token F32 rows without the row prefetch.
 pub const KNOB_F32_PREFETCH: usize = 17;
-/// `KNOBS[18]`: 0 = a 16-token AMX block packs all its super-blocks before the products
-/// (not each one a step ahead of them).
-pub const KNOB_AMX_AHEAD: usize = 18;
+/// `KNOBS[18]`: 0 = the 16-row blocks of 9 tokens and more pack all their super-blocks
+/// before the products (`x86_pack16` up to two token tiles, `x86_amx`'s first tile),
+/// not each one right before (VNNI) or a step ahead of (AMX) its products.
+pub const KNOB_PACK_AHEAD: usize = 18;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

@@ -486,6 +486,12 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     let zero: Packed16 = unsafe { std::mem::zeroed() };
+    // Two token tiles (9–16 tokens: 16 decode slots, an expert's share of a batch): each
+    // super-block dotted by both right after it is packed, while it is in L1.
+    if m > MAX_TILE && m <= 2 * MAX_TILE && !prepacked && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0 {
+        // SAFETY: the caller's contract (16 rows of nb blocks at src, m tokens at a).
+        return unsafe { two_tiles::<F, S>(nb, nr, src, a, astride, m, out, ostride, sc, next) };
+    }
     // One token tile (few tokens: an expert's share of a batch): each super-block is
     // dotted right after it is packed, while it is in L1 (one Packed16 of scratch). More
     // tokens: all blocks packed first, then every tile runs over them.
@@ -538,5 +544,59 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
         }
         tokens_upto8!(mt, go);
         t0 += mt;
+    }
+}
+
+/// [`run`] for 9–16 tokens: tokens 0..8 and 8..m, every super-block packed once into one
+/// `Packed16` and dotted by both tiles at once (each token's sums still run over the
+/// blocks in order: bitwise [`run`]'s).
+///
+/// # Safety
+/// As [`run`]'s; `MAX_TILE < m <= 2·MAX_TILE`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn two_tiles<const F: u8, S: Src>(
+    nb: usize,
+    nr: usize,
+    src: S,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    sc: &mut Scratch16,
+    next: Option<(*const u8, usize)>,
+) {
+    // SAFETY: an all-zero bit pattern is a valid Packed16.
+    sc.pks.resize(1, unsafe { std::mem::zeroed() });
+    // SAFETY (whole body): the caller's contract; tokens MAX_TILE.. start at a2.
+    unsafe {
+        let a2 = a.add(MAX_TILE * astride);
+        let mut o1 = [_mm512_setzero_ps(); MAX_TILE];
+        macro_rules! dot {
+            ($mm:literal, $y:expr, $o:expr, $i:expr, $pf:expr) => {
+                if F == Q6K {
+                    dot16::<Q6K, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
+                } else if F == IQ4XS {
+                    dot16::<IQ4XS, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
+                } else {
+                    dot16::<Q4K, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
+                }
+            };
+        }
+        macro_rules! go {
+            ($mm:literal) => {{
+                let mut o2 = [_mm512_setzero_ps(); $mm];
+                for i in 0..nb {
+                    pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[0]);
+                    dot!(8, a, &mut o1, i, next);
+                    dot!($mm, a2, &mut o2, i, None);
+                }
+                for (j, v) in o1.iter().chain(o2.iter()).enumerate() {
+                    store_rows(*v, nr, out, ostride, j);
+                }
+            }};
+        }
+        tokens_upto8!(m - MAX_TILE, go);
     }
 }
