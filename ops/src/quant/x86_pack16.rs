@@ -512,15 +512,7 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
         macro_rules! dot {
             ($mm:literal, $pks:expr, $i0:expr, $o:expr, $pf:expr) => {
                 // SAFETY: as above.
-                unsafe {
-                    if F == Q6K {
-                        dot16::<Q6K, $mm>($pks, $i0, nb, at, astride, $o, $pf)
-                    } else if F == IQ4XS {
-                        dot16::<IQ4XS, $mm>($pks, $i0, nb, at, astride, $o, $pf)
-                    } else {
-                        dot16::<Q4K, $mm>($pks, $i0, nb, at, astride, $o, $pf)
-                    }
-                }
+                unsafe { dot16_as::<F, $mm>($pks, $i0, nb, at, astride, $o, $pf) }
             };
         }
         macro_rules! go {
@@ -544,6 +536,24 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
         }
         tokens_upto8!(mt, go);
         t0 += mt;
+    }
+}
+
+/// [`dot16`] with format `F`'s dot formula (Q5_K's packed blocks dot as Q4_K's).
+///
+/// # Safety
+/// As [`dot16`]'s.
+#[inline(always)]
+unsafe fn dot16_as<const F: u8, const M: usize>(pks: &[Packed16], i0: usize, nb: usize, a: *const u8, astride: usize, sumf: &mut [__m512; M], pf: Option<(*const u8, usize)>) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if F == Q6K {
+            dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf)
+        } else if F == IQ4XS {
+            dot16::<IQ4XS, M>(pks, i0, nb, a, astride, sumf, pf)
+        } else {
+            dot16::<Q4K, M>(pks, i0, nb, a, astride, sumf, pf)
+        }
     }
 }
 
@@ -573,24 +583,13 @@ unsafe fn two_tiles<const F: u8, S: Src>(
     unsafe {
         let a2 = a.add(MAX_TILE * astride);
         let mut o1 = [_mm512_setzero_ps(); MAX_TILE];
-        macro_rules! dot {
-            ($mm:literal, $y:expr, $o:expr, $i:expr, $pf:expr) => {
-                if F == Q6K {
-                    dot16::<Q6K, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
-                } else if F == IQ4XS {
-                    dot16::<IQ4XS, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
-                } else {
-                    dot16::<Q4K, $mm>(&sc.pks[..1], $i, nb, $y, astride, $o, $pf)
-                }
-            };
-        }
         macro_rules! go {
             ($mm:literal) => {{
                 let mut o2 = [_mm512_setzero_ps(); $mm];
                 for i in 0..nb {
                     pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[0]);
-                    dot!(8, a, &mut o1, i, next);
-                    dot!($mm, a2, &mut o2, i, None);
+                    dot16_as::<F, MAX_TILE>(&sc.pks[..1], i, nb, a, astride, &mut o1, next);
+                    dot16_as::<F, $mm>(&sc.pks[..1], i, nb, a2, astride, &mut o2, None);
                 }
                 for (j, v) in o1.iter().chain(o2.iter()).enumerate() {
                     store_rows(*v, nr, out, ostride, j);
