@@ -329,7 +329,6 @@ impl Runner {
         if parts.is_empty() {
             return Err(RunError::Empty);
         }
-        let mut tokens = Vec::new();
         let mut lens = Vec::with_capacity(parts.len());
         for (st, t) in parts.iter() {
             if t.is_empty() {
@@ -341,13 +340,13 @@ impl Runner {
             if !st.fits(t.len()) {
                 return Err(RunError::ContextFull { have: st.pos, adding: t.len(), max_seq: st.max_seq });
             }
-            tokens.extend_from_slice(t);
             lens.push(t.len());
         }
         // lanes hand out logits and hidden rows (an observer sees one pass)
         if let Some(lanes) = self.lanes.as_ref().filter(|_| parts.len() > 1 && taps.observer.is_none()) {
-            return self.multi_lanes(lanes, parts, all_logits, taps.hidden);
+            return self.multi_lanes(lanes, parts, &lens, all_logits, taps.hidden);
         }
+        let tokens: Vec<u32> = parts.iter().flat_map(|(_, t)| t.iter().copied()).collect();
         let mut seqs: Vec<&mut SeqState> = parts.iter_mut().map(|(s, _)| &mut **s).collect();
         let t = self.eval(&mut seqs, &lens, &tokens, all_logits, &mut taps)?;
         Ok(Logits { n_vocab, data: t.into_f32() })

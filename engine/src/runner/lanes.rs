@@ -67,10 +67,10 @@ impl Runner {
 
     /// Runs every lane's group beside the others (lane 0 on this thread, each other lane
     /// on a lane thread), then joins their logits rows (and, with `hidden`, their hidden
-    /// rows) in the parts' order. The parts were checked by the caller (tokens, room).
-    pub(crate) fn multi_lanes(&self, lanes: &Lanes, parts: &mut [(&mut SeqState, &[u32])], all_logits: bool, hidden: Option<&mut Vec<f32>>) -> Result<Logits, RunError> {
-        let lens: Vec<usize> = parts.iter().map(|(_, t)| t.len()).collect();
-        let ends = split(&lens, lanes.runners.len());
+    /// rows) in the parts' order. The parts were checked by the caller (tokens, room);
+    /// `lens` are their token counts.
+    pub(crate) fn multi_lanes(&self, lanes: &Lanes, parts: &mut [(&mut SeqState, &[u32])], lens: &[usize], all_logits: bool, hidden: Option<&mut Vec<f32>>) -> Result<Logits, RunError> {
+        let ends = split(lens, lanes.runners.len());
         let mut groups = Vec::with_capacity(ends.len());
         let (mut rest, mut at) = (parts, 0);
         for &end in &ends {

@@ -461,27 +461,18 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
             }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };
             let mut sumf = [_mm512_setzero_ps(); 16];
-            if ahead && t0 == 0 {
-                // the first token tile packs as it goes; the later ones find every block packed
-                for i in 0..nb {
+            for i in 0..nb {
+                // with `ahead`, the first token tile packs as it goes (and prefetches its
+                // share of the next rows); the later ones find every block packed
+                if ahead && t0 == 0 {
                     if let Some((p, len)) = next {
                         super::x86::prefetch_l2_range(p, (i * pf_step).min(len), ((i + 1) * pf_step).min(len));
                     }
                     if i + 1 < nb {
                         pack16_from::<F, S>(src.block::<F>(i + 1), &mut sc.pk.pks[i + 1]);
                     }
-                    let pk = &sc.pk.pks[i];
-                    let [b0, b1, _, _] = &mut *buf;
-                    let isum = isums16(pk, at.add(i * Q8_K_BYTES), astride, [b0, b1]);
-                    finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
                 }
-                for (j, v) in sumf.iter().enumerate() {
-                    x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
-                }
-                t0 += 16;
-                continue;
-            }
-            for (i, pk) in sc.pk.pks.iter().enumerate() {
+                let pk = &sc.pk.pks[i];
                 let y = at.add(i * Q8_K_BYTES);
                 let [b0, b1, _, _] = &mut *buf;
                 let isum = match split_shift {
