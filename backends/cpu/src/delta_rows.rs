@@ -139,11 +139,19 @@ pub unsafe fn recurrent<L: Lanes, const R: usize>(p: &HeadIn<'_>, st: &mut [f32]
     let (dk, dv) = (p.dk, p.dv);
     assert!(dk.is_multiple_of(16) && st.len() >= dv * dk && o.len() >= p.t * dv);
     let scale = 1.0f32 / (dk as f32).sqrt();
+    #[cfg(target_arch = "x86_64")]
+    let ahead = pn_ops::quant::knob(pn_ops::quant::KNOB_DELTA_PREFETCH, PREFETCH_GROUPS) * R * dk;
+    #[cfg(not(target_arch = "x86_64"))]
+    let ahead = 0;
     let mut t0 = 0;
     while t0 < p.t {
         let t1 = p.t.min(t0 + TOKENS);
         let mut j = 0;
         while j + R <= dv {
+            if ahead > 0 {
+                // SAFETY: a prefetch is a hint; past the head's end it reads the next one's
+                unsafe { prefetch(st.as_ptr().wrapping_add(j * dk + ahead), R * dk) };
+            }
             // SAFETY: rows j..j + R of st and columns j..j + R of o's rows are in bounds
             unsafe { rows::<L, R>(p, st.as_mut_ptr().add(j * dk), j, t0, t1, o.as_mut_ptr(), scale) };
             j += R;
@@ -154,6 +162,21 @@ pub unsafe fn recurrent<L: Lanes, const R: usize>(p: &HeadIn<'_>, st: &mut [f32]
             j += 1;
         }
         t0 = t1;
+    }
+}
+
+/// Row groups of state prefetched ahead of the group being computed. A decode step reads
+/// each head's 64 KB state from memory once (16 sequences: 32 MB a layer), and each group
+/// of rows starts a new 4 KB page, where the hardware's streamer stops.
+const PREFETCH_GROUPS: usize = 2;
+
+/// Prefetches `n` floats at `p` into L1.
+#[inline(always)]
+unsafe fn prefetch(p: *const f32, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for off in (0..n).step_by(16) {
+        // SAFETY: a prefetch never faults
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.wrapping_add(off) as *const i8) };
     }
 }
 
@@ -247,6 +270,47 @@ mod timing {
             }
             let line: Vec<String> = variants.iter().zip(best).map(|((n, _), b)| format!("{n} {b:.2}")).collect();
             eprintln!("T={t}: µs per token and head: {}", line.join(", "));
+        }
+    }
+
+    /// One decode token over states read from memory (`HEADS` heads of 128 × 128, default
+    /// 8192 = 512 MB), the prefetch distance (`PF`, groups) alternated
+    /// (`cargo test --release -p pn-cpu --lib cold_state -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn cold_state() {
+        let d = 128usize;
+        let heads: usize = std::env::var("HEADS").ok().and_then(|v| v.parse().ok()).unwrap_or(8192);
+        let pfs: Vec<usize> = std::env::var("PF").unwrap_or_else(|_| "0,1,2,4".into()).split(',').map(|v| v.parse().expect("PF")).collect();
+        let x = |n: usize, s: u32| pn_ops::testing::uniform(n, s, 99991);
+        let (q, k, v) = (x(d, 1), x(d, 2), x(d, 3));
+        let (g, b) = (vec![-0.1f32], vec![0.5f32]);
+        let p = HeadIn { q: &q, k: &k, v: &v, g: &g, beta: &b, qk_stride: d, v_stride: d, gb_stride: 1, dk: d, dv: d, t: 1 };
+        let mut s = x(heads * d * d, 6);
+        let mut o = vec![0f32; d];
+        let par = std::env::var("PAR").is_ok_and(|v| v == "1");
+        let mut best = vec![f64::MAX; pfs.len()];
+        for _ in 0..6 {
+            for (i, &pf) in pfs.iter().enumerate() {
+                let mut kn = [usize::MAX; pn_ops::quant::N_KNOBS];
+                kn[pn_ops::quant::KNOB_DELTA_PREFETCH] = pf;
+                pn_ops::quant::set_knobs(&kn);
+                let t0 = std::time::Instant::now();
+                if par {
+                    use rayon::prelude::*;
+                    s.par_chunks_mut(d * d).for_each(|h| unsafe { run512::<8>(&p, h, &mut vec![0f32; d]) });
+                } else {
+                    for h in s.chunks_mut(d * d) {
+                        unsafe { run512::<8>(&p, h, &mut o) };
+                    }
+                }
+                best[i] = best[i].min(t0.elapsed().as_secs_f64());
+            }
+        }
+        pn_ops::quant::set_knobs(&[usize::MAX; pn_ops::quant::N_KNOBS]);
+        for (pf, b) in pfs.iter().zip(best) {
+            let gb = (heads * d * d * 4 * 2) as f64 / b / 1e9;
+            eprintln!("PF {pf}: {:.3} µs a head, {gb:.1} GB/s read + written", b / heads as f64 * 1e6);
         }
     }
 }

@@ -291,7 +291,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 19;
+pub const N_KNOBS: usize = 20;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -331,6 +331,9 @@ pub const KNOB_F32_PREFETCH: usize = 17;
 /// before the products (`x86_pack16` up to two token tiles, `x86_amx`'s first tile),
 /// not each one right before (VNNI) or a step ahead of (AMX) its products.
 pub const KNOB_PACK_AHEAD: usize = 18;
+/// `KNOBS[19]`: the CPU delta rule's `PREFETCH_GROUPS` (row groups of state prefetched
+/// ahead; 0 = none).
+pub const KNOB_DELTA_PREFETCH: usize = 19;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
