@@ -16,24 +16,55 @@ use std::sync::{Arc, Mutex};
 struct Counting;
 
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated and not freed.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: forwards to the system allocator, only counting calls.
+// SAFETY: forwards to the system allocator, only counting calls and live bytes.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(l.size(), Ordering::Relaxed);
         unsafe { System.alloc(l) }
     }
     unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(l.size(), Ordering::Relaxed);
         unsafe { System.alloc_zeroed(l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LIVE.fetch_add(n, Ordering::Relaxed);
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
         unsafe { System.realloc(p, l, n) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
         unsafe { System.dealloc(p, l) }
     }
+}
+
+/// What one compiled geometry holds (graph, plan, program, executables), against the
+/// estimate the runner's cache bound uses (`pn_engine::runner::bounded::BYTES_PER_NODE`):
+/// `[MODEL=F.gguf] cargo test --release -p pn-tests --test arena geometry_bytes --
+/// --ignored --nocapture` (alone in its process: the byte counter is process-wide).
+#[test]
+#[ignore]
+fn geometry_bytes() {
+    let path = std::env::var("MODEL").map(std::path::PathBuf::from).unwrap_or_else(|_| pn_tests::fixture("../../models/default/pn-default-code-q4_k_m.gguf"));
+    let g = Arc::new(Gguf::open(&path).expect("model opens"));
+    let m = pn_models::load(&g).expect("model loads");
+    let r = Runner::new(m, g, Arc::new(CpuBackend::new(1))).expect("runner builds");
+    r.set_max_geometries(usize::MAX);
+    let nodes = r.graph(pn_engine::Geometry::one(1, false)).unwrap().len();
+    let n = 64;
+    let before = LIVE.load(Ordering::Relaxed);
+    let t0 = std::time::Instant::now();
+    for k in 2..2 + n {
+        r.plan(pn_engine::Geometry::one(k, false)).unwrap();
+    }
+    let per = (LIVE.load(Ordering::Relaxed) - before) / n;
+    let ms = t0.elapsed().as_secs_f64() * 1e3 / n as f64;
+    eprintln!("{}: {nodes} nodes, {per} bytes a geometry ({} a node; estimate {}), {ms:.2} ms to compile one", path.display(), per / nodes, pn_engine::runner::bounded::BYTES_PER_NODE);
 }
 
 #[global_allocator]

@@ -181,6 +181,28 @@ fn lanes_equal_alone() {
     check_slots_on(&runner_with_lanes("tiny-f16.gguf", 2, 2), "tiny-f16.gguf", 3, 5, Some(2));
 }
 
+/// Compiled geometries bounded to two (engine/src/runner/bounded.rs; with two lanes, one
+/// on each lane): passes recompile
+/// what was dropped, the rows stay bitwise as alone and as a runner that keeps every
+/// geometry computes them, and the cache never holds more than its cap.
+#[test]
+fn bounded_geometry_cache_gives_the_same_rows() {
+    const M: &str = "ktiny-q4_k_m.gguf";
+    let full = runner(M, 2);
+    let vocab = full.model().n_vocab();
+    for r in [runner(M, 2), runner_with_lanes(M, 2, 2)] {
+        r.set_max_geometries(2);
+        check_slots_on(&r, M, 4, 7, Some(3));
+        for n in 1..=9 {
+            let p = tokens(n as u64 + 40, n, vocab);
+            assert!(alone(&r, &p, 2).rows == alone(&full, &p, 2).rows, "{n}-token prompt, {} lanes", r.lanes());
+        }
+        let (cap, evicted) = r.geometry_cache();
+        assert!(cap == 2 && r.geometries().len() <= cap, "cap {cap}, held {:?}", r.geometries());
+        assert!(evicted >= 10, "only {evicted} geometries dropped");
+    }
+}
+
 #[test]
 fn slots_equal_alone_for_llama_qwen3_qwen2() {
     for m in ["llama-tiny-f32.gguf", "llama-spm-tiny-f16.gguf", "qwen3-ktiny-q4_k_m.gguf", "qwen2-tiny-f32.gguf"] {

@@ -185,7 +185,26 @@ pub fn load(o: &ModelOpts) -> Result<Loaded> {
     if n_lanes > 1 {
         pn_cpu::add_lanes(&mut runner, n_lanes).map_err(|e| anyhow::anyhow!("cannot load model {name}: {e}"))?;
     }
+    geometry_cache(&runner)?;
     Ok(Loaded { name, is_default, gguf, runner, threads, load_secs: t0.elapsed().as_secs_f64() })
+}
+
+/// The runner's bound on compiled geometries (`pn_engine` runner/bounded.rs):
+/// `$PN_GEOMETRIES` (a count) or `$PN_GEOMETRY_CACHE_MB` (a budget in MiB; default 256).
+fn geometry_cache(runner: &Runner) -> Result<()> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    let whole = |name: &str, v: &str| -> Result<usize> {
+        match v.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => Ok(n),
+            _ => bail!("{name}: expected a whole number of at least 1, found {v:?}"),
+        }
+    };
+    if let Some(v) = var("PN_GEOMETRIES") {
+        runner.set_max_geometries(whole("PN_GEOMETRIES", &v)?);
+    } else if let Some(v) = var("PN_GEOMETRY_CACHE_MB") {
+        runner.set_geometry_budget_mb(whole("PN_GEOMETRY_CACHE_MB", &v)?);
+    }
+    Ok(())
 }
 
 /// Model files up to which a pass of several sequences runs as one lane per thread

@@ -20,8 +20,13 @@ fn tmp(name: &str) -> String {
 }
 
 fn pn(args: &[&str]) -> Out {
+    pn_env(args, &[])
+}
+
+fn pn_env(args: &[&str], vars: &[(&str, &str)]) -> Out {
     let o = Command::new(env!("CARGO_BIN_EXE_pn"))
         .args(args)
+        .envs(vars.iter().copied())
         .env_remove("PN_DIE_A")
         .env_remove("PN_DIE_B")
         .env_remove("PN_SPLIT_LAYER")
@@ -266,6 +271,26 @@ fn info_tokenize_bench_flags() {
     b(&["--threads", "5000"], &["--threads"]);
     b(&["--ubatch", "0"], &["--ubatch"]);
     succeeds(&["bench", "--model", &m, "--prompt-len", "4", "--gen", "2", "--reps", "1", "--threads", "1"]);
+}
+
+/// The loader's settings from the environment: a bad value fails with one clear line
+/// naming the variable and what it found; good ones run (a cap of 2 compiled geometries
+/// recompiles as it goes).
+#[test]
+fn environment_settings() {
+    let m = fx("tiny-f16.gguf");
+    let args = ["bench", "--model", m.as_str(), "--prompt-len", "5", "--gen", "3", "--reps", "1", "--threads", "2"];
+    for (var, val) in [("PN_GEOMETRIES", "0"), ("PN_GEOMETRIES", "lots"), ("PN_GEOMETRY_CACHE_MB", "-1"), ("PN_LANES", "many")] {
+        let o = pn_env(&args, &[(var, val)]);
+        assert_eq!(o.code, 1, "{var}={val}: stderr:\n{}", o.stderr);
+        let last = o.stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
+        assert!(last.starts_with("error: ") && last.contains(var) && last.contains(val), "{var}={val}: {last}");
+    }
+    for (var, val) in [("PN_GEOMETRIES", "2"), ("PN_GEOMETRY_CACHE_MB", "1"), ("PN_LANES", "0")] {
+        let o = pn_env(&args, &[(var, val)]);
+        assert_eq!(o.code, 0, "{var}={val}: stderr:\n{}", o.stderr);
+        assert!(o.stdout.contains("tg_tok_s"), "{var}={val}: {}", o.stdout);
+    }
 }
 
 /// Every committed hostile model: `pn logits` and `pn run` fail with one clear line;

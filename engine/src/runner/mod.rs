@@ -18,6 +18,7 @@
 //! runner downloads both ([`Taps::hidden`]). No observer: the backend's pass is the same.
 
 mod arena;
+pub mod bounded;
 mod eval;
 mod lanes;
 mod moves;
@@ -30,9 +31,10 @@ use crate::planner::debug::{self, Counters, Profile};
 use crate::planner::program::{self, Program};
 use crate::planner::{Device, Placement, PlacementError, Plan, PlanError};
 use crate::state::SeqState;
+use bounded::Bounded;
 use pn_ops::{DType, OpError, Shape, Tensor};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
@@ -161,8 +163,13 @@ pub struct Runner {
     tensor_ix: HashMap<String, usize>,
     /// The model's graph per geometry (shared with [`Runner::replica`]s: the same model
     /// builds the same graphs).
-    graphs: Arc<Mutex<HashMap<Key, Arc<Graph>>>>,
-    compiled: Mutex<HashMap<Key, Arc<Compiled>>>,
+    graphs: Arc<Mutex<Bounded<Key, Arc<Graph>>>>,
+    /// Compiled geometries, least recently used out first above the cap (bounded.rs).
+    compiled: Mutex<Bounded<Key, Arc<Compiled>>>,
+    /// Nodes of the one-token graph (what a geometry's size is estimated from).
+    nodes: AtomicUsize,
+    /// The cap [`Runner::set_max_geometries`] was given.
+    max_geometries: AtomicUsize,
     /// Maximum tokens per forward pass; longer inputs are split (state carries over).
     pub ubatch: usize,
     debug: u8,
@@ -210,8 +217,10 @@ impl Runner {
             dies,
             placement,
             tensor_ix,
-            graphs: Arc::new(Mutex::new(HashMap::new())),
-            compiled: Mutex::new(HashMap::new()),
+            graphs: Arc::new(Mutex::new(Bounded::new(usize::MAX))),
+            compiled: Mutex::new(Bounded::new(usize::MAX)),
+            nodes: AtomicUsize::new(0),
+            max_geometries: AtomicUsize::new(usize::MAX),
             ubatch: 256,
             debug: debug::level_from_env(),
             profile: Profile::default(),
@@ -222,8 +231,35 @@ impl Runner {
             arena_ids,
             lanes: None,
         };
-        r.compiled(Geometry::one(1, false))?;
+        let nodes = r.compiled(Geometry::one(1, false))?.graph.len();
+        r.nodes.store(nodes, Ordering::Relaxed);
+        r.set_max_geometries(bounded::cap_for(nodes, bounded::DEFAULT_BUDGET_MB));
         Ok(r)
+    }
+
+    /// Keep at most `n` compiled geometries (and graphs), least recently used out first;
+    /// a geometry dropped is compiled again when met again. With lanes this runner runs
+    /// the single-sequence passes and keeps `n`; the replicas run the groups of the
+    /// multi-sequence passes and keep `n / lanes` each (so `2n` in all).
+    pub fn set_max_geometries(&self, n: usize) {
+        self.compiled.lock().expect("plan cache lock").set_cap(n);
+        let lanes = self.lanes.as_ref().map_or(0, |l| l.runners.len());
+        if let Some(l) = &self.lanes {
+            l.runners.iter().for_each(|r| r.set_max_geometries((n / lanes).max(1)));
+        }
+        // the replicas share the graphs
+        self.graphs.lock().expect("graph cache lock").set_cap(n.saturating_mul(if lanes == 0 { 1 } else { 2 }));
+        self.max_geometries.store(n, Ordering::Relaxed);
+    }
+    /// Keep the compiled geometries that fit `mb` MiB (at the estimated bytes of one).
+    pub fn set_geometry_budget_mb(&self, mb: usize) {
+        self.set_max_geometries(bounded::cap_for(self.nodes.load(Ordering::Relaxed), mb));
+    }
+    /// This runner's cap on compiled geometries (its lanes' are their own), and how
+    /// many it dropped so far.
+    pub fn geometry_cache(&self) -> (usize, u64) {
+        let c = self.compiled.lock().expect("plan cache lock");
+        (c.cap(), c.evicted)
     }
 
     pub fn model(&self) -> &dyn Model {
@@ -234,6 +270,7 @@ impl Runner {
     pub fn replica(&self, backend: Arc<dyn Backend>) -> Result<Runner, RunError> {
         let mut r = Runner::new(self.model.clone(), self.gguf.clone(), backend)?;
         r.graphs = self.graphs.clone();
+        r.set_max_geometries(self.max_geometries.load(Ordering::Relaxed));
         Ok(r)
     }
 
@@ -247,6 +284,7 @@ impl Runner {
             l.lanes = None;
         }
         self.lanes = if lanes.len() >= 2 { Some(lanes::Lanes::new(lanes)?) } else { None };
+        self.set_max_geometries(self.max_geometries.load(Ordering::Relaxed));
         Ok(())
     }
     /// How many lanes run a multi-sequence pass (1: one pass).
@@ -308,10 +346,7 @@ impl Runner {
             g.outputs.push(id);
         }
         let g = Arc::new(g);
-        self.graphs
-            .lock()
-            .expect("graph cache lock")
-            .insert(key, g.clone());
+        self.graphs.lock().expect("graph cache lock").insert(key, g.clone());
         Ok(g)
     }
 
@@ -459,10 +494,7 @@ impl Runner {
             plan: Arc::new(plan),
             prog,
         });
-        self.compiled
-            .lock()
-            .expect("plan cache lock")
-            .insert(key, c.clone());
+        self.compiled.lock().expect("plan cache lock").insert(key, c.clone());
         Ok(c)
     }
 

@@ -248,25 +248,24 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
     Ok((e, notes))
 }
 
-/// Build every graph the engine can run before serving. The runner compiles (and keeps)
-/// one graph and plan per geometry, so a server that met a new pass size now and then
-/// grew for minutes under load (decode steps of 1..=slots, prefill passes of any length up
-/// to `ubatch`, mixed passes of both: docs/server.md, "Load and faults"). Compiled up
-/// front, they are all there from the start and the resident memory stays flat.
-/// Decode steps of 2..=`n_slots` streams too (`{K, K}`), or, when the runner has lanes
-/// (docs/serving.md "Lanes"), the lanes' shares of them.
+/// Build the graphs the engine runs most before serving: decode steps of 2..=`n_slots`
+/// streams (`{K, K}`, or, when the runner has lanes (docs/serving.md "Lanes"), the lanes'
+/// shares of them), then single-sequence passes by length up to `ubatch`, as many as the
+/// runner's bounded cache of compiled geometries holds (runner/bounded.rs: the least
+/// recently used make room for the mixed passes met while serving). A server that met a new
+/// pass size now and then grew for minutes under load (docs/server.md, "Load and faults");
+/// compiled up front, the common ones are there from the start, and the cache's bound
+/// keeps the resident memory flat.
 fn warm_geometries(runner: &Runner, n_slots: usize) -> anyhow::Result<()> {
     use pn_engine::Geometry;
-    for n_tokens in 1..=runner.ubatch.max(1) {
-        for all_logits in [false, true] {
-            runner.plan(Geometry::one(n_tokens, all_logits))?;
-        }
-    }
     let decode = |k: usize| Geometry { n_tokens: k, seqs: k, all_logits: true };
     match runner.lanes() {
         1 => (2..=n_slots).try_for_each(|k| runner.plan(decode(k)).map(drop))?,
         n => (1..=n_slots.div_ceil(n)).try_for_each(|k| runner.plan_lanes(decode(k)))?,
     }
+    let room = runner.geometry_cache().0.saturating_sub(runner.geometries().len());
+    let one = (1..=runner.ubatch.max(1)).flat_map(|n| [Geometry::one(n, false), Geometry::one(n, true)]);
+    one.take(room).try_for_each(|g| runner.plan(g).map(drop))?;
     Ok(())
 }
 
