@@ -222,6 +222,10 @@ fn lanes(place: &Placement, threads: usize, file_bytes: u64) -> Result<usize> {
     let one_cpu = matches!(place.named_dies()[..], [d] if d.kind == DeviceKind::Cpu);
     match std::env::var("PN_LANES").ok().filter(|v| !v.trim().is_empty() && v.trim() != "auto") {
         Some(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n >= 2 && n <= threads.max(1) && !one_cpu => {
+                let dies: Vec<String> = place.named_dies().iter().map(|d| d.to_string()).collect();
+                bail!("PN_LANES={n}: lanes run on one CPU die, this run uses {} (unset PN_LANES or set it to 0)", dies.join(","))
+            }
             Ok(n) if n <= threads.max(1) => Ok(if one_cpu { n } else { 1 }),
             _ => bail!("PN_LANES: expected auto, 0 (off) or a lane count up to the {threads} threads, found {v:?}"),
         },

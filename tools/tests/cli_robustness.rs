@@ -286,6 +286,12 @@ fn environment_settings() {
         let last = o.stderr.lines().rfind(|l| !l.trim().is_empty()).unwrap_or("");
         assert!(last.starts_with("error: ") && last.contains(var) && last.contains(val), "{var}={val}: {last}");
     }
+    // lanes asked for where they cannot run: said, not ignored
+    let mut two = args.to_vec();
+    two.extend(["--dies", "cpu:0,cpu:1"]);
+    let o = pn_env(&two, &[("PN_LANES", "2")]);
+    assert!(o.code == 1 && o.stderr.contains("PN_LANES=2") && o.stderr.contains("cpu:0,cpu:1"), "{}", o.stderr);
+    assert_eq!(pn_env(&two, &[("PN_LANES", "0")]).code, 0);
     for (var, val) in [("PN_GEOMETRIES", "2"), ("PN_GEOMETRY_CACHE_MB", "1"), ("PN_LANES", "0")] {
         let o = pn_env(&args, &[(var, val)]);
         assert_eq!(o.code, 0, "{var}={val}: stderr:\n{}", o.stderr);

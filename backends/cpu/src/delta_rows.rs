@@ -286,7 +286,14 @@ mod timing {
         let (q, k, v) = (x(d, 1), x(d, 2), x(d, 3));
         let (g, b) = (vec![-0.1f32], vec![0.5f32]);
         let p = HeadIn { q: &q, k: &k, v: &v, g: &g, beta: &b, qk_stride: d, v_stride: d, gb_stride: 1, dk: d, dv: d, t: 1 };
-        let mut s = x(heads * d * d, 6);
+        let n = heads * d * d;
+        // HUGE=1: the state in memory advised for transparent huge pages
+        let mut map = memmap2::MmapMut::map_anon(n * 4).expect("map");
+        if std::env::var("HUGE").is_ok_and(|v| v == "1") {
+            map.advise(memmap2::Advice::HugePage).expect("advise");
+        }
+        let s: &mut [f32] = unsafe { std::slice::from_raw_parts_mut(map.as_mut_ptr() as *mut f32, n) };
+        s.copy_from_slice(&x(n, 6));
         let mut o = vec![0f32; d];
         let par = std::env::var("PAR").is_ok_and(|v| v == "1");
         let mut best = vec![f64::MAX; pfs.len()];
