@@ -202,16 +202,6 @@ impl Dist {
             _ => 0.0,
         }
     }
-    /// The same without `id` (the residual of a rejected point-mass draft), or None
-    /// when nothing else has weight.
-    pub fn without(&self, id: u32) -> Option<Dist> {
-        let mut d = self.clone();
-        if let Some(i) = d.ids.iter().position(|&x| x == id) {
-            d.ids.remove(i);
-            d.w.remove(i);
-        }
-        (d.w.iter().sum::<f64>() > 0.0).then_some(d)
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! `pn serve --draft lookup|mtp`: each sequence's drafts verified in the step's pass.
 //! Greedy completions are the plain server's, token for token (their text over 48
-//! tokens), alone and four streams at once; `/metrics` counts the drafts.
+//! tokens), alone and four streams at once; so are sampled ones with a seed (the coupled
+//! acceptance rule takes the random numbers plain decoding takes); `/metrics` counts the
+//! drafts.
 
 mod common;
 use common::*;
@@ -18,23 +20,31 @@ const PROMPTS: [&str; 4] = [
     "def parse_args(argv):",
 ];
 
-async fn greedy(s: &Arc<pn_server::Server>, prompt: &str) -> String {
-    let r = post(s, "/v1/completions", &json!({"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": true})).await;
+/// A completion of 48 tokens: greedy (`i` = None) or sampled with seed `i`.
+async fn complete(s: &Arc<pn_server::Server>, prompt: &str, i: Option<u64>) -> String {
+    let body = match i {
+        None => json!({"prompt": prompt, "max_tokens": 48, "temperature": 0, "ignore_eos": true}),
+        Some(seed) => json!({"prompt": prompt, "max_tokens": 48, "temperature": 0.8, "top_p": 0.95, "seed": seed, "ignore_eos": true}),
+    };
+    let r = post(s, "/v1/completions", &body).await;
     assert_eq!(r.status, 200, "{}", r.text());
     r.json()["choices"][0]["text"].as_str().unwrap().to_string()
 }
 
-/// Every prompt alone, then all four at once.
+/// Every prompt alone (greedy, then sampled), then all four at once (greedy and
+/// sampled alternating).
 async fn texts(s: &Arc<pn_server::Server>) -> Vec<String> {
     let mut out = Vec::new();
-    for p in PROMPTS {
-        out.push(greedy(s, p).await);
+    for (i, p) in PROMPTS.iter().enumerate() {
+        out.push(complete(s, p, None).await);
+        out.push(complete(s, p, Some(7 + i as u64)).await);
     }
     let tasks: Vec<_> = PROMPTS
         .iter()
-        .map(|p| {
+        .enumerate()
+        .map(|(i, p)| {
             let s = s.clone();
-            tokio::spawn(async move { greedy(&s, p).await })
+            tokio::spawn(async move { complete(&s, p, (i % 2 == 1).then_some(20 + i as u64)).await })
         })
         .collect();
     for t in tasks {
@@ -69,12 +79,12 @@ async fn check(factory: impl Fn() -> DraftFactory, n: usize) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn lookup_drafts_keep_greedy_output() {
+async fn lookup_drafts_keep_the_output() {
     check(|| DraftFactory::Lookup, 4).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn mtp_drafts_keep_greedy_output() {
+async fn mtp_drafts_keep_the_output() {
     let g = Arc::new(Gguf::open(&repo(DEFAULT)).unwrap());
     let block = pn_models::qwen35moe::mtp::load(&g).unwrap();
     let m = Arc::new(MtpModel::new(block, g, Arc::new(pn_cpu::CpuBackend::new(2))));

@@ -31,11 +31,18 @@ fn prompt(vocab: usize) -> Vec<u32> {
 }
 
 fn plain(r: &Runner, p: &[u32], n: usize) -> Vec<u32> {
+    plain_with(r, p, n, SamplerConfig::greedy())
+}
+
+/// Plain decoding with a sampler (greedy: the argmax).
+fn plain_with(r: &Runner, p: &[u32], n: usize, cfg: SamplerConfig) -> Vec<u32> {
     let mut st = r.new_state(256);
+    let mut s = Sampler::new(cfg);
     let mut row = r.forward(&mut st, p, false).unwrap().last().to_vec();
     let mut out = Vec::new();
     while out.len() < n {
-        let t = argmax(&row) as u32;
+        let t = s.sample(&row);
+        assert!(!s.is_greedy() || t == argmax(&row) as u32);
         out.push(t);
         row = r.forward(&mut st, &[t], false).unwrap().last().to_vec();
     }
@@ -43,9 +50,13 @@ fn plain(r: &Runner, p: &[u32], n: usize) -> Vec<u32> {
 }
 
 fn drafted(r: &Runner, p: &[u32], n: usize, drafter: Drafter, k: usize) -> (Vec<u32>, SpecStats) {
+    drafted_with(r, p, n, drafter, k, SamplerConfig::greedy())
+}
+
+fn drafted_with(r: &Runner, p: &[u32], n: usize, drafter: Drafter, k: usize, cfg: SamplerConfig) -> (Vec<u32>, SpecStats) {
     let mut st = r.new_state(256);
     let mut sp = Speculator::new(r, drafter, k).unwrap();
-    let mut s = Sampler::new(SamplerConfig::greedy());
+    let mut s = Sampler::new(cfg);
     let l = sp.prefill(r, &mut st, p).unwrap();
     let mut next = s.sample(l.last());
     let mut out = Vec::new();
@@ -81,6 +92,30 @@ fn lookup_greedy_is_plain_greedy() {
         }
     }
     // the rounds took both paths: drafts accepted and drafts rolled back
+    assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
+}
+
+/// Sampling with drafts is plain sampling with the same seed, token for token (the
+/// coupled acceptance rule, engine/src/spec/accept.rs: the sampler's own draw decides,
+/// so drafts never change which random numbers a position takes).
+#[test]
+fn sampled_drafts_are_plain_sampling_with_the_same_seed() {
+    let mut all = SpecStats::default();
+    for m in ["tiny-mtp-f16.gguf", "default"] {
+        let (r, g) = load(m);
+        let p = prompt(r.model().n_vocab());
+        for (i, (temperature, top_k, top_p, repeat_penalty)) in [(0.7, 40, 0.95, 1.0), (1.0, 0, 1.0, 1.1), (0.3, 8, 0.9, 1.0)].into_iter().enumerate() {
+            let cfg = SamplerConfig { temperature, top_k, top_p, min_p: 0.0, repeat_penalty, repeat_last_n: 64, seed: 1000 + i as u64 };
+            let want = plain_with(&r, &p, 40, cfg.clone());
+            for (name, k) in [("lookup", 3), ("mtp", 2)] {
+                let d = if name == "lookup" { Drafter::Lookup(Lookup::default()) } else { mtp(&r, &g) };
+                let (got, stats) = drafted_with(&r, &p, 40, d, k, cfg.clone());
+                assert_eq!(got, want, "{m}: --draft {name} ×{k}, {cfg:?}");
+                all.add(&stats);
+            }
+        }
+    }
+    // drafts kept and drafts replaced by the sampler's own draw
     assert!(all.accepted > 0 && all.accepted < all.drafted, "{}", all.line());
 }
 

@@ -1,13 +1,17 @@
 //! Which drafts a verify pass accepts, and the token that follows them.
 //!
 //! Drafts are point masses (the drafters propose one token, deterministically), so the
-//! rejection sampling of Leviathan et al. 2023 takes a simple exact form: draft `d` at
-//! a position whose target distribution is `p` is accepted with probability `p(d)`;
-//! on rejection the token is drawn from the residual `max(p − δ_d, 0)`, i.e. `p` without
-//! `d`, renormalized. Then P(out = d) = p(d) and P(out = x ≠ d) = (1 − p(d))·p(x)/(1 −
-//! p(d)) = p(x): the output distribution is exactly the model's. After K accepted
-//! drafts the bonus token is drawn from the last row. Greedy (a point-mass `p`): accept
-//! while the draft is the argmax, then take the argmax. `p` is the sampler's own
+//! rejection sampling of Leviathan et al. 2023 accepts draft `d` at a position whose
+//! target distribution is `p` with probability min(1, p(d) / 1) = `p(d)`, and on
+//! rejection draws from the residual `max(p − δ_d, 0)` (`p` without `d`, renormalized).
+//! Here that rule runs in its coupled form: the sampler draws the position's token from
+//! `p` exactly as plain decoding would (one uniform number), and the draft is accepted
+//! when the draw equals it. The draft is then kept with probability p(d), and a rejected
+//! position's token is a draw from `p` conditioned on not being `d`, i.e. the residual:
+//! the same acceptance rate and output distribution as the two-draw form, and the same
+//! random numbers as decoding without drafts, so a seed gives the same text with drafts
+//! or without (greedy is the special case: accept while the draft is the argmax). After K
+//! accepted drafts the bonus token is drawn from the last row. `p` is the sampler's own
 //! distribution (repetition penalty over the recent tokens, temperature, top-k/p, min-p),
 //! with each accepted token observed before the next position.
 
@@ -22,8 +26,8 @@ pub fn accept(s: &mut Sampler, rows: &Logits, drafts: &[u32]) -> (usize, u32) {
 }
 
 /// The acceptance rule ([`Rule::ResampleFromTarget`] is a known-wrong rule, kept so the
-/// statistical test can show it fails: on rejection it draws from `p` itself, which
-/// over-weights the draft).
+/// statistical test can show it fails: it accepts with probability p(d), but on rejection
+/// draws from `p` itself, which over-weights the draft).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rule {
     Exact,
@@ -48,20 +52,21 @@ pub fn check(s: &mut Sampler, row: &[f32], d: u32) -> Result<(), u32> {
 }
 
 fn check_with(s: &mut Sampler, row: &[f32], d: u32, rule: Rule) -> Result<(), u32> {
-    let p = s.distribution(row);
-    let ok = if p.point { p.ids[0] == d } else { s.uniform() < p.prob(d) };
-    if ok {
-        s.observe(&[d]);
-        return Ok(());
-    }
-    let tok = if p.point {
-        p.ids[0]
-    } else {
-        match (rule, p.without(d)) {
-            (Rule::Exact, Some(res)) => s.draw(&res),
-            _ => s.draw(&p),
+    match rule {
+        Rule::Exact => match s.sample(row) {
+            t if t == d => Ok(()),
+            t => Err(t),
+        },
+        Rule::ResampleFromTarget => {
+            let p = s.distribution(row);
+            let ok = if p.point { p.ids[0] == d } else { s.uniform() < p.prob(d) };
+            let t = if ok { d } else { s.draw(&p) };
+            s.observe(&[t]);
+            if ok {
+                Ok(())
+            } else {
+                Err(t)
+            }
         }
-    };
-    s.observe(&[tok]);
-    Err(tok)
+    }
 }
