@@ -12,7 +12,7 @@ for n in 1 2 3; do
   drafted=0; accepted=0; pos=()
   for ((i = 0; i < n; i++)); do pos[i]=0; done
   while IFS= read -r p; do
-    line=$("$PN" run "${kv[@]}" --draft mtp --draft-n "$n" --greedy -n 128 -t 2 -p "$p" 2>&1 >/dev/null | grep '^\[draft')
+    line=$("$PN" run "${kv[@]}" --draft mtp --draft-n "$n" --draft-policy always --greedy -n 128 -t 2 -p "$p" 2>&1 >/dev/null | grep '^\[draft')
     d=$(sed -E 's/.*drafted ([0-9]+), accepted ([0-9]+).*/\1/' <<<"$line")
     a=$(sed -E 's/.*drafted ([0-9]+), accepted ([0-9]+).*/\2/' <<<"$line")
     read -r -a pct <<<"$(sed -E 's/.*per position ([0-9. %]+)\)\]/\1/; s/%//g' <<<"$line")"

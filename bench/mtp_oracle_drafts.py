@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def pn_rounds(pn, model, prompt, n, gen, kv):
-    cmd = [pn, "run", "--draft", "mtp", "--draft-n", str(n), "--greedy", "-n", str(gen), "-t", "2", "--kv-type", kv, "-p", prompt]
+    cmd = [pn, "run", "--draft", "mtp", "--draft-n", str(n), "--draft-policy", "always", "--greedy", "-n", str(gen), "-t", "2", "--kv-type", kv, "-p", prompt]
     if model:
         cmd += ["--model", model]
     err = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PN_DEBUG": "1"}).stderr

@@ -59,6 +59,9 @@ pub struct Metrics {
     recent: Mutex<VecDeque<(Instant, u64)>>,
     /// `--draft`: drafted / accepted tokens, overall and per draft position.
     drafts: Mutex<pn_engine::spec::SpecStats>,
+    /// `--draft`: engine iterations whose verify round drafted, and plain ones
+    /// (`--draft-policy adaptive` leaves drafts out where they measure slower).
+    pub draft_steps: [AtomicU64; 2],
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -100,6 +103,10 @@ impl Metrics {
         if drafted > 0 {
             lock(&self.drafts).record(drafted, accepted);
         }
+    }
+    /// One verify round of the engine: with drafts or without.
+    pub fn record_draft_round(&self, drafted: bool) {
+        self.draft_steps[usize::from(!drafted)].fetch_add(1, Ordering::Relaxed);
     }
     pub fn drafts(&self) -> pn_engine::spec::SpecStats {
         lock(&self.drafts).clone()
@@ -157,6 +164,11 @@ impl Metrics {
         ];
         for (name, help, v) in counters {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+        }
+        let name = "pn_draft_steps_total";
+        let _ = writeln!(out, "# HELP {name} Engine steps of speculative decoding, drafting or plain (--draft-policy adaptive).\n# TYPE {name} counter");
+        for (mode, v) in ["draft", "plain"].iter().zip(&self.draft_steps) {
+            let _ = writeln!(out, "{name}{{mode=\"{mode}\"}} {}", v.load(Ordering::Relaxed));
         }
         let per = [("pn_draft_position_tokens_total", "Draft tokens proposed at each position of a round.", &d.pos_drafted), ("pn_draft_position_accepted_total", "Draft tokens accepted at each position of a round.", &d.pos_accepted)];
         for (name, help, v) in per {

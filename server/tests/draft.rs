@@ -1,12 +1,12 @@
 //! `pn serve --draft lookup|mtp`: each sequence's drafts verified in the step's pass.
 //! Greedy completions are the plain server's, token for token (their text over 48
 //! tokens), alone and four streams at once; so are sampled ones with a seed (the coupled
-//! acceptance rule takes the random numbers plain decoding takes); `/metrics` counts the
-//! drafts.
+//! acceptance rule takes the random numbers plain decoding takes), drafting in every
+//! round and under the adaptive policy; `/metrics` counts the drafts and the steps.
 
 mod common;
 use common::*;
-use pn_engine::spec::{DraftFactory, MtpModel};
+use pn_engine::spec::{DraftFactory, DraftPolicy, MtpModel};
 use pn_engine::Gguf;
 use pn_server::DraftSpec;
 use serde_json::json;
@@ -62,20 +62,29 @@ async fn check(factory: impl Fn() -> DraftFactory, n: usize) {
     let plain = server(config(), spec(DEFAULT, 4, 512));
     let want = texts(&plain).await;
     plain.stop_engine();
-    let mut sp = spec(DEFAULT, 4, 512);
-    sp.draft = Some(DraftSpec { factory: factory(), n });
-    let s = server(config(), sp);
-    let got = texts(&s).await;
-    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-        assert_eq!(g, w, "completion {i} with drafts ×{n}");
+    for policy in [DraftPolicy::Always, DraftPolicy::Adaptive] {
+        let mut sp = spec(DEFAULT, 4, 512);
+        sp.draft = Some(DraftSpec { factory: factory(), n, policy });
+        let s = server(config(), sp);
+        let got = texts(&s).await;
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "completion {i} with drafts ×{n}, {policy:?}");
+        }
+        let m = send(&s, "GET", "/metrics", None, &[]).await.text();
+        let (drafted, accepted) = (metric(&m, "pn_draft_tokens_total"), metric(&m, "pn_draft_accepted_tokens_total"));
+        let steps = |mode: &str| metric(&m, &format!("pn_draft_steps_total{{mode=\"{mode}\"}}"));
+        eprintln!("drafts ×{n}, {policy:?}: drafted {drafted}, accepted {accepted}; steps drafting {}, plain {}", steps("draft"), steps("plain"));
+        if policy == DraftPolicy::Always {
+            // both paths ran: drafts kept and drafts rolled back
+            assert!(accepted > 0 && accepted < drafted, "drafted {drafted}, accepted {accepted}\n{m}");
+            assert!(m.contains("pn_draft_position_accepted_total{position=\"1\"}"), "{m}");
+            assert_eq!(steps("plain"), 0, "{m}");
+        } else {
+            // the policy measures drafting first at every number of streams
+            assert!(steps("draft") > 0 && drafted > 0, "{m}");
+        }
+        s.stop_engine();
     }
-    let m = send(&s, "GET", "/metrics", None, &[]).await.text();
-    let (drafted, accepted) = (metric(&m, "pn_draft_tokens_total"), metric(&m, "pn_draft_accepted_tokens_total"));
-    eprintln!("drafts ×{n}: drafted {drafted}, accepted {accepted}");
-    // both paths ran: drafts kept and drafts rolled back
-    assert!(accepted > 0 && accepted < drafted, "drafted {drafted}, accepted {accepted}\n{m}");
-    assert!(m.contains("pn_draft_position_accepted_total{position=\"1\"}"), "{m}");
-    s.stop_engine();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

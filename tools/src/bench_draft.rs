@@ -50,7 +50,8 @@ fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: us
     }
     out.truncate(gen);
     let (t, k) = (sp.times, sp.stats.rounds.max(1) as f64);
-    let per = serde_json::json!({"draft_ms": round2(t.draft * 1e3 / k), "verify_ms": round2(t.verify * 1e3 / k), "accept_ms": round2(t.accept * 1e3 / k), "rounds": sp.stats.rounds});
+    let drafting = sp.adapt.as_ref().map_or(1.0, |a| a.drafting_share());
+    let per = serde_json::json!({"draft_ms": round2(t.draft * 1e3 / k), "verify_ms": round2(t.verify * 1e3 / k), "accept_ms": round2(t.accept * 1e3 / k), "rounds": sp.stats.rounds, "drafting_share": round2(drafting)});
     Ok((t0.elapsed().as_secs_f64(), out, sp.stats.line(), sp.stats.acceptance(), per))
 }
 
@@ -73,6 +74,7 @@ pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen
     Ok(serde_json::json!({
         "draft": d.draft.to_string(),
         "draft_n": d.n(),
+        "draft_policy": format!("{:?}", d.draft_policy).to_lowercase(),
         "tg_tok_s": round2(best_plain),
         "draft_tg_tok_s": round2(best_draft),
         "speedup": round2(best_draft / best_plain.max(1e-9)),

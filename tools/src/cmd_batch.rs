@@ -326,6 +326,8 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let t0 = Instant::now();
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
     let mut spec_total = SpecStats::default();
+    // --draft-policy adaptive: which rounds of k slots draft (pn_engine spec/adapt.rs)
+    let mut adapt = (a.draft.draft_policy == pn_engine::spec::DraftPolicy::Adaptive).then(pn_engine::spec::Adaptive::default);
     // prompts being prefilled in chunks inside the steps (synchronous steps)
     let mut filling: Vec<Fill> = Vec::new();
     loop {
@@ -364,8 +366,17 @@ pub fn run(a: BatchArgs) -> Result<()> {
                 .iter_mut()
                 .map(|(h, s, t)| SlotRound { handle: *h, history: &s.hist, pending: *t, sampler: &mut s.sampler, stats: &mut s.stats, drafter: s.drafter.as_mut().expect("drafting") })
                 .collect();
-            let res = pn_engine::spec::slots::round(&mut slots, &runner, a.draft.n(), &mut items)?;
+            let k = items.len();
+            let drafting = adapt.as_mut().is_none_or(|p| p.draft(k));
+            let caught = |items: &[SlotRound<'_>]| items.iter().map(|it| it.drafter.caught_up()).fold((0.0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
+            let before = caught(&items);
+            let res = pn_engine::spec::slots::round(&mut slots, &runner, if drafting { a.draft.n() } else { 0 }, &mut items)?;
+            let after = caught(&items);
             drop(items);
+            if let Some(p) = &mut adapt {
+                let tokens = k + res.iter().map(|(acc, _)| acc.len()).sum::<usize>();
+                p.record(k, drafting, tokens, ts.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
+            }
             decode_s += ts.elapsed().as_secs_f64();
             steps += 1;
             step_tokens += live.len();
@@ -473,7 +484,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         step_tokens as f64 / steps.max(1) as f64,
     );
     if b.drafting.is_some() {
-        eprintln!("[draft {} ×{}: {}]", a.draft.draft, a.draft.n(), spec_total.line());
+        eprintln!("{}", crate::draft::end_line(a.draft.draft, a.draft.n(), adapt.as_ref(), &spec_total));
     }
     if failed > 0 {
         bail!("{failed} of {} prompts could not run (their lines hold the \"error\")", prompts.len());

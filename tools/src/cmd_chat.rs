@@ -205,7 +205,7 @@ impl Session<'_> {
         conv.assistant_turn(g.text);
         eprintln!("[{}; prompt {}; stopped: {}]", generate::rate(g.tokens, g.gen_s), generate::rate(ids.len(), g.prefill_s), g.reason);
         if let Some(sp) = &self.sp {
-            eprintln!("[draft {} ×{}: {}]", self.draft.draft, sp.n_draft, sp.stats.line());
+            eprintln!("{}", crate::draft::end_line(self.draft.draft, sp.n_draft, sp.adapt.as_ref(), &sp.stats));
         }
         Ok(())
     }

@@ -101,7 +101,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         g.reason
     );
     if let Some(sp) = &sp {
-        eprintln!("[draft {} ×{}: {}]", a.draft.draft, sp.n_draft, sp.stats.line());
+        eprintln!("{}", crate::draft::end_line(a.draft.draft, sp.n_draft, sp.adapt.as_ref(), &sp.stats));
     }
     Ok(())
 }

@@ -134,7 +134,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         let l = load::load(&opts)?;
         let tokenizer = load::tokenizer(&l)?;
         let prefill_chunk = chunk.unwrap_or(if cache.interval > 0 { cache.interval } else { l.runner.ubatch });
-        let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n() });
+        let draft = draft_opts.factory(&l)?.map(|factory| DraftSpec { factory, n: draft_opts.n(), policy: draft_opts.draft_policy });
         Ok(ModelSpec { id, name: l.name, runner: l.runner, tokenizer, state, slots, cache, prefill_chunk, async_steps, step_budget, draft, wave_tokens })
     })
 }

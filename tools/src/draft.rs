@@ -3,7 +3,7 @@
 
 use crate::load::Loaded;
 use anyhow::{Context, Result};
-use pn_engine::spec::{DraftFactory, DraftKind, MtpModel, Speculator, MAX_DRAFT};
+use pn_engine::spec::{Adaptive, DraftFactory, DraftKind, DraftPolicy, MtpModel, Speculator, MAX_DRAFT};
 use std::sync::Arc;
 
 #[derive(clap::Args, Clone, Debug)]
@@ -15,6 +15,22 @@ pub struct DraftOpts {
     /// Draft tokens per verify pass (1..=16; default 3 for lookup, 1 for mtp)
     #[arg(long = "draft-n", value_name = "N")]
     pub draft_n: Option<usize>,
+    /// Which rounds draft: `adaptive` (where drafting measures faster than plain steps,
+    /// per number of sequences in the round; the text is the same either way) or
+    /// `always`
+    #[arg(long = "draft-policy", default_value = "adaptive", value_parser = parse_policy)]
+    pub draft_policy: DraftPolicy,
+}
+
+fn parse_policy(s: &str) -> Result<DraftPolicy, String> {
+    s.parse()
+}
+
+/// `[draft mtp ×1 …: drafted …]`: the end-of-run line (with the adaptive policy, the
+/// rounds that drafted).
+pub fn end_line(kind: DraftKind, n: usize, adapt: Option<&Adaptive>, stats: &pn_engine::spec::SpecStats) -> String {
+    let policy = adapt.map_or(String::new(), |a| format!(" (adaptive: {} of {} rounds drafted)", a.rounds[0], a.rounds[0] + a.rounds[1]));
+    format!("[draft {kind} ×{n}{policy}: {}]", stats.line())
 }
 
 fn parse_kind(s: &str) -> Result<DraftKind, String> {
@@ -57,6 +73,6 @@ impl DraftOpts {
     /// The speculator of one sequence (None for `--draft none`).
     pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
         let Some(f) = self.factory(l)? else { return Ok(None) };
-        Ok(Some(Speculator::new(&l.runner, f.drafter(max_seq), self.n())?))
+        Ok(Some(Speculator::new(&l.runner, f.drafter(max_seq), self.n())?.with_policy(self.draft_policy)))
     }
 }

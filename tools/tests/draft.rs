@@ -1,6 +1,7 @@
 //! `--draft mtp|lookup` on the CLI: `pn run` and `pn batch` print what `--draft none`
-//! prints (greedy), and the end line reports drafted / accepted tokens; bad flags are
-//! clear errors.
+//! prints (greedy, and sampled with a seed), under both `--draft-policy` values, and the
+//! end line reports drafted / accepted tokens (and, adaptive, the rounds that drafted);
+//! bad flags are clear errors.
 
 use std::process::{Command, Stdio};
 
@@ -20,22 +21,37 @@ fn run_with_drafts_prints_the_plain_greedy_text() {
         let (code, want, err) = pn(&["run", "-p", p, "-n", "60", "--greedy", "-t", "2"]);
         assert_eq!(code, 0, "{err}");
         for d in [["--draft", "lookup", "--draft-n", "3"], ["--draft", "mtp", "--draft-n", "1"], ["--draft", "mtp", "--draft-n", "3"]] {
-            let mut args = vec!["run", "-p", p, "-n", "60", "--greedy", "-t", "2"];
-            args.extend(d);
-            let (code, got, err) = pn(&args);
-            assert_eq!(code, 0, "{err}");
-            assert_eq!(got, want, "{d:?} on {p:?}");
-            assert!(err.contains(&format!("[draft {} ×{}: drafted ", d[1], d[3])), "{err}");
+            for policy in ["always", "adaptive"] {
+                let mut args = vec!["run", "-p", p, "-n", "60", "--greedy", "-t", "2", "--draft-policy", policy];
+                args.extend(d);
+                let (code, got, err) = pn(&args);
+                assert_eq!(code, 0, "{err}");
+                assert_eq!(got, want, "{d:?} {policy} on {p:?}");
+                let line = match policy {
+                    "always" => format!("[draft {} ×{}: drafted ", d[1], d[3]),
+                    _ => format!("[draft {} ×{} (adaptive: ", d[1], d[3]),
+                };
+                assert!(err.contains(&line), "{err}");
+            }
         }
     }
 }
 
+/// Sampled with a seed: the same text with drafts as without (accept.rs's coupled rule).
 #[test]
-fn sampled_run_with_drafts_runs_and_reports() {
-    let (code, out, err) = pn(&["run", "-p", "import os", "-n", "40", "--seed", "3", "--draft", "mtp", "--draft-n", "2"]);
+fn sampled_run_with_drafts_is_the_plain_sampled_text() {
+    let base = ["run", "-p", "import os", "-n", "40", "--seed", "3", "--temp", "0.9", "-t", "2"];
+    let (code, want, err) = pn(&base);
     assert_eq!(code, 0, "{err}");
-    assert!(out.starts_with("import os"), "{out}");
-    assert!(err.contains("accepted"), "{err}");
+    for d in [["--draft", "mtp", "--draft-n", "2"], ["--draft", "lookup", "--draft-n", "3"]] {
+        let mut args = base.to_vec();
+        args.extend(d);
+        let (code, out, err) = pn(&args);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.starts_with("import os"), "{out}");
+        assert_eq!(out, want, "{d:?}");
+        assert!(err.contains("accepted"), "{err}");
+    }
 }
 
 #[test]
@@ -48,10 +64,14 @@ fn batch_with_drafts_matches_plain_batch() {
     let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
     assert_eq!(code, 0, "{err}");
     for (kind, line) in [("lookup", "[draft lookup ×3: drafted "), ("mtp", "[draft mtp ×1: drafted ")] {
-        let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", kind]);
+        let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", kind, "--draft-policy", "always"]);
         assert_eq!(code, 0, "{err}");
         assert_eq!(got, want, "--draft {kind}");
         assert!(err.contains(line), "{err}");
+        let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", kind]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(got, want, "--draft {kind}, adaptive");
+        assert!(err.contains("rounds drafted): drafted "), "{err}");
     }
 }
 
@@ -66,6 +86,9 @@ fn bad_draft_flags_are_clear_errors() {
     let (code, _, err) = pn(&["run", "-p", "x", "--draft-n", "2"]);
     assert_ne!(code, 0);
     assert!(err.contains("needs --draft mtp or --draft lookup"), "{err}");
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-policy", "sometimes"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("expected adaptive or always, found \"sometimes\""), "{err}");
 }
 
 /// `pn synth --nextn 1` writes an MTP block that `--draft mtp` runs (random weights: the

@@ -8,6 +8,7 @@
 //! Drafters: prompt lookup (lookup.rs, no weights) and the model's MTP block (mtp.rs).
 
 pub mod accept;
+pub mod adapt;
 pub mod exec;
 pub mod lookup;
 pub mod mtp;
@@ -15,6 +16,7 @@ pub mod slots;
 pub mod stats;
 pub mod verify;
 
+pub use adapt::{Adaptive, DraftPolicy};
 pub use lookup::Lookup;
 pub use mtp::{MtpBlock, MtpDrafter, MtpModel};
 pub use stats::SpecStats;
@@ -79,6 +81,15 @@ pub enum Drafter {
 impl Drafter {
     fn wants_hidden(&self) -> bool {
         matches!(self, Drafter::Mtp(_))
+    }
+
+    /// Seconds and positions of catch-up so far (an MTP drafter pairs the hidden rows of
+    /// rounds without drafts at its next draft; prompt lookup has none).
+    pub fn caught_up(&self) -> (f64, u64) {
+        match self {
+            Drafter::Mtp(m) => m.caught_up,
+            Drafter::Lookup(_) => (0.0, 0),
+        }
     }
 
     /// Up to `n` drafts after `ctx` (every fed token, then the pending one).
@@ -163,13 +174,21 @@ pub struct Speculator {
     hidden: Vec<f32>,
     last: Option<(Pass, usize)>,
     debug: bool,
+    /// `--draft-policy adaptive`: which rounds draft (adapt.rs); None: every round.
+    pub adapt: Option<Adaptive>,
 }
 
 impl Speculator {
     pub fn new(r: &Runner, drafter: Drafter, n_draft: usize) -> Result<Speculator, SpecError> {
         Speculator::check(r, n_draft)?;
         let debug = std::env::var("PN_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0");
-        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), last_drafts: Vec::new(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug })
+        Ok(Speculator { drafter, n_draft, stats: SpecStats::default(), times: RoundTimes::default(), last_drafts: Vec::new(), tokens: Vec::new(), hidden: Vec::new(), last: None, debug, adapt: None })
+    }
+
+    /// Draft in every round, or in those where drafting measures faster (adapt.rs).
+    pub fn with_policy(mut self, p: DraftPolicy) -> Speculator {
+        self.adapt = (p == DraftPolicy::Adaptive).then(Adaptive::default);
+        self
     }
 
     /// Whether `r` can run speculative decoding with `n_draft` drafts per round.
@@ -206,7 +225,9 @@ impl Speculator {
         self.tokens.push(pending);
         // room for the pass: the pending token and the drafts
         let room = st.max_seq.saturating_sub(st.pos + 1);
-        let n = self.n_draft.min(room);
+        let drafting = self.adapt.as_mut().is_none_or(|a| a.draft(1));
+        let caught = self.drafter.caught_up();
+        let n = if drafting { self.n_draft.min(room) } else { 0 };
         let t0 = std::time::Instant::now();
         let drafts = self.drafter.draft(&self.tokens, n)?;
         let t1 = std::time::Instant::now();
@@ -231,6 +252,10 @@ impl Speculator {
         self.tokens.extend_from_slice(&drafts[..n_acc]);
         self.last = Some((pass, n_acc + 1));
         self.times.add(t1 - t0, t2 - t1, t2.elapsed());
+        if let Some(a) = &mut self.adapt {
+            let now = self.drafter.caught_up();
+            a.record(1, drafting, n_acc + 1, t0.elapsed().as_secs_f64(), (now.0 - caught.0, now.1 - caught.1));
+        }
         self.last_drafts.clone_from(&drafts);
         Ok((drafts[..n_acc].to_vec(), next))
     }

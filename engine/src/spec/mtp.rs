@@ -100,6 +100,9 @@ pub struct MtpDrafter {
     /// Main-model hidden rows of positions real.. not yet paired (their next token was
     /// not known when they were computed).
     pending_h: Vec<f32>,
+    /// Seconds and positions of the block passes that paired hidden rows so far (the
+    /// catch-up a round without drafts leaves to the next one: spec/adapt.rs).
+    pub caught_up: (f64, u64),
 }
 
 impl MtpDrafter {
@@ -110,7 +113,7 @@ impl MtpDrafter {
     /// A drafter on a shared model (its compiled graphs).
     pub fn with_model(model: Arc<MtpModel>, max_seq: usize, kv: KvType) -> MtpDrafter {
         let state = model.block.new_state(max_seq, kv);
-        MtpDrafter { model, state, real: 0, pending_h: Vec::new() }
+        MtpDrafter { model, state, real: 0, pending_h: Vec::new(), caught_up: (0.0, 0) }
     }
 
     /// Hidden rows of main-model positions (in order, following the previous ones).
@@ -147,6 +150,7 @@ impl MtpDrafter {
         let m = &*self.model;
         let mut done = 0;
         let mut last = None;
+        let t0 = std::time::Instant::now();
         while done < np {
             let left = np - done;
             let t = if left >= MAX_PAIRS { MAX_PAIRS } else { 1 << left.ilog2() };
@@ -154,6 +158,8 @@ impl MtpDrafter {
             last = Some(m.pass(&mut self.state, &h[done * e..(done + t) * e], &tokens[p0 + 1..p0 + 1 + t], p0)?);
             done += t;
         }
+        self.caught_up.0 += t0.elapsed().as_secs_f64();
+        self.caught_up.1 += np as u64;
         self.real += np;
         let (mut g, mut d) = last.expect("np > 0");
         let mut out = vec![d];

@@ -72,12 +72,14 @@ pub struct ModelSpec {
     pub wave_tokens: usize,
 }
 
-/// Speculative decoding in the server: what makes each sequence's drafter, and the
-/// most drafts per round.
+/// Speculative decoding in the server: what makes each sequence's drafter, the most
+/// drafts per round, and which rounds draft (`adaptive`: where drafting measures faster
+/// for the number of streams in the round; pn_engine spec/adapt.rs).
 #[derive(Clone)]
 pub struct DraftSpec {
     pub factory: pn_engine::spec::DraftFactory,
     pub n: usize,
+    pub policy: pn_engine::spec::DraftPolicy,
 }
 
 /// What the HTTP side knows of the loaded model.
@@ -178,6 +180,8 @@ struct Engine {
     chunk: usize,
     async_steps: bool,
     draft: Option<DraftSpec>,
+    /// `--draft-policy adaptive`: which verify rounds draft.
+    adapt: Option<pn_engine::spec::Adaptive>,
     /// Measured step costs: how much prefill goes into each step.
     costs: StepCosts,
     spare: Vec<SeqState>,
@@ -232,6 +236,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         state_cfg: state,
         chunk: prefill_chunk,
         async_steps,
+        adapt: draft.as_ref().filter(|d| d.policy == pn_engine::spec::DraftPolicy::Adaptive).map(|_| pn_engine::spec::Adaptive::default()),
         draft,
         costs: StepCosts::new(step_budget, n_slots),
         spare: Vec::new(),

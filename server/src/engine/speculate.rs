@@ -25,7 +25,14 @@ impl Engine {
     }
 
     fn verify_round(&mut self, mut stepping: Vec<Live>) {
-        let n_max = self.draft.as_ref().map_or(0, |d| d.n);
+        // --draft-policy adaptive: this round drafts where that measures faster for k
+        // streams (the text is the same either way: accept.rs's coupled rule)
+        let k_streams = stepping.len();
+        let drafting = self.adapt.as_mut().is_none_or(|a| a.draft(k_streams));
+        let n_max = if drafting { self.draft.as_ref().map_or(0, |d| d.n) } else { 0 };
+        let t0 = std::time::Instant::now();
+        let caught = |st: &[Live]| st.iter().filter_map(|l| l.seq.drafter.as_ref()).map(Drafter::caught_up).fold((0.0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
+        let before = caught(&stepping);
         let res = {
             let mut ds: Vec<SlotDraft<'_>> = stepping
                 .iter_mut()
@@ -43,7 +50,10 @@ impl Engine {
             Ok(r) => r,
             Err(e) => return self.fail(stepping, &format!("decode step: {e}")),
         };
+        let after = caught(&stepping);
         self.shared.metrics.record_step(stepping.len());
+        self.shared.metrics.record_draft_round(drafting);
+        let mut emitted = 0;
         for (i, mut l) in stepping.into_iter().enumerate() {
             let drafts = &toks[i][1..];
             let logits = &rows.logits[i];
@@ -70,6 +80,7 @@ impl Engine {
             let before = l.seq.gen.generated.len();
             let (mut steps, k) = l.seq.gen.speculate(&self.tok, logits, drafts);
             l.seq.last_token = std::time::Instant::now();
+            emitted += l.seq.gen.generated.len() - before;
             self.shared.metrics.record_generated((l.seq.gen.generated.len() - before) as u64);
             self.shared.metrics.record_drafts(drafts.len(), k);
             for s in &mut steps {
@@ -97,6 +108,9 @@ impl Engine {
             if let Some(l) = self.settle(l, last) {
                 self.live.push(l);
             }
+        }
+        if let Some(a) = &mut self.adapt {
+            a.record(k_streams, drafting, emitted, t0.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
         }
     }
 }
