@@ -327,7 +327,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
     let (mut decode_s, mut steps, mut step_tokens) = (0f64, 0usize, 0usize);
     let mut spec_total = SpecStats::default();
     // --draft-policy adaptive: which rounds of k slots draft (pn_engine spec/adapt.rs)
-    let mut adapt = (a.draft.draft_policy == pn_engine::spec::DraftPolicy::Adaptive).then(pn_engine::spec::Adaptive::default);
+    let mut adapt = a.draft.draft_policy.tracker();
     // prompts being prefilled in chunks inside the steps (synchronous steps)
     let mut filling: Vec<Fill> = Vec::new();
     loop {
@@ -368,7 +368,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
                 .collect();
             let k = items.len();
             let drafting = adapt.as_mut().is_none_or(|p| p.draft(k));
-            let caught = |items: &[SlotRound<'_>]| items.iter().map(|it| it.drafter.caught_up()).fold((0.0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
+            let caught = |items: &[SlotRound<'_>]| pn_engine::spec::adapt::caught_up(items.iter().map(|it| &*it.drafter));
             let before = caught(&items);
             let res = pn_engine::spec::slots::round(&mut slots, &runner, if drafting { a.draft.n() } else { 0 }, &mut items)?;
             let after = caught(&items);

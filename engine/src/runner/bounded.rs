@@ -77,10 +77,6 @@ impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
         out
     }
 
-    pub fn remove(&mut self, k: &K) {
-        self.map.remove(k);
-    }
-
     pub fn len(&self) -> usize {
         self.map.len()
     }

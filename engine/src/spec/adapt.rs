@@ -15,6 +15,8 @@
 //! Which rounds draft never changes the text: acceptance is the coupled rule (accept.rs),
 //! so a seed gives the same tokens with drafts or without.
 
+use super::Drafter;
+
 /// Weight of a new measurement in the moving averages.
 const ALPHA: f64 = 0.25;
 /// Rounds of one k between two tries of the mode not chosen.
@@ -103,6 +105,19 @@ pub enum DraftPolicy {
     #[default]
     Adaptive,
     Always,
+}
+
+impl DraftPolicy {
+    /// The measurements this policy keeps (None: every round drafts).
+    pub fn tracker(self) -> Option<Adaptive> {
+        (self == DraftPolicy::Adaptive).then(Adaptive::default)
+    }
+}
+
+/// The catch-up of several drafters so far, summed ([`Drafter::caught_up`]): what a
+/// round of several sequences hands [`Adaptive::record`], as the difference of two.
+pub fn caught_up<'a>(drafters: impl IntoIterator<Item = &'a Drafter>) -> (f64, u64) {
+    drafters.into_iter().map(Drafter::caught_up).fold((0.0, 0), |a, c| (a.0 + c.0, a.1 + c.1))
 }
 
 impl std::str::FromStr for DraftPolicy {

@@ -187,7 +187,7 @@ impl Speculator {
 
     /// Draft in every round, or in those where drafting measures faster (adapt.rs).
     pub fn with_policy(mut self, p: DraftPolicy) -> Speculator {
-        self.adapt = (p == DraftPolicy::Adaptive).then(Adaptive::default);
+        self.adapt = p.tracker();
         self
     }
 

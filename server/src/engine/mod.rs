@@ -236,7 +236,7 @@ fn build(spec: ModelSpec, shared: Arc<Shared>) -> anyhow::Result<(Engine, Vec<St
         state_cfg: state,
         chunk: prefill_chunk,
         async_steps,
-        adapt: draft.as_ref().filter(|d| d.policy == pn_engine::spec::DraftPolicy::Adaptive).map(|_| pn_engine::spec::Adaptive::default()),
+        adapt: draft.as_ref().and_then(|d| d.policy.tracker()),
         draft,
         costs: StepCosts::new(step_budget, n_slots),
         spare: Vec::new(),

@@ -31,7 +31,7 @@ impl Engine {
         let drafting = self.adapt.as_mut().is_none_or(|a| a.draft(k_streams));
         let n_max = if drafting { self.draft.as_ref().map_or(0, |d| d.n) } else { 0 };
         let t0 = std::time::Instant::now();
-        let caught = |st: &[Live]| st.iter().filter_map(|l| l.seq.drafter.as_ref()).map(Drafter::caught_up).fold((0.0, 0), |a, c| (a.0 + c.0, a.1 + c.1));
+        let caught = |st: &[Live]| pn_engine::spec::adapt::caught_up(st.iter().filter_map(|l| l.seq.drafter.as_ref()));
         let before = caught(&stepping);
         let res = {
             let mut ds: Vec<SlotDraft<'_>> = stepping
