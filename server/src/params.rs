@@ -43,6 +43,9 @@ pub struct Request {
     pub response_format: Option<Value>,
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
+    /// OpenAI's predicted outputs: `{"type": "content", "content": text or text parts}`,
+    /// a text the answer is expected to repeat (lookup drafts match it).
+    pub prediction: Option<Value>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -82,6 +85,8 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     pub ignore_eos: bool,
     pub timeout: Option<Duration>,
+    /// `prediction`'s text (None: none, or empty).
+    pub prediction: Option<String>,
 }
 
 /// Server-side defaults for what a request leaves out.
@@ -225,7 +230,45 @@ impl Request {
             logprobs,
             ignore_eos: self.ignore_eos.unwrap_or(false),
             timeout,
+            prediction: self.prediction()?,
         })
+    }
+
+    /// `prediction`: `{"type": "content", "content": "..."}` or the content as a list of
+    /// `{"type": "text", "text": "..."}` parts (joined).
+    fn prediction(&self) -> Result<Option<String>, ApiError> {
+        let bad = |what: &str, found: &Value| ApiError::invalid("prediction", format!("prediction{what}: expected {}, found {found}", match what {
+            "" => "an object {\"type\": \"content\", \"content\": ...}",
+            ".type" => "\"content\"",
+            _ => "a string or a list of {\"type\": \"text\", \"text\": string} parts",
+        }));
+        let p = match &self.prediction {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(o)) => o,
+            Some(v) => return Err(bad("", v)),
+        };
+        if let Some(k) = p.keys().find(|k| *k != "type" && *k != "content") {
+            return Err(ApiError::invalid("prediction", format!("prediction.{k}: unknown field (expected type and content)")));
+        }
+        match p.get("type") {
+            Some(Value::String(t)) if t == "content" => {}
+            t => return Err(bad(".type", t.unwrap_or(&Value::Null))),
+        }
+        let text = match p.get("content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut s = String::new();
+                for part in parts {
+                    match (part.get("type").and_then(Value::as_str), part.get("text").and_then(Value::as_str)) {
+                        (Some("text"), Some(t)) => s.push_str(t),
+                        _ => return Err(bad(".content", part)),
+                    }
+                }
+                s
+            }
+            c => return Err(bad(".content", c.unwrap_or(&Value::Null))),
+        };
+        Ok((!text.is_empty()).then_some(text))
     }
 
     fn stop(&self) -> Result<Vec<String>, ApiError> {
@@ -411,6 +454,21 @@ mod tests {
         assert_eq!((p.sampler.temperature, p.sampler.top_k, p.sampler.seed), (0.5, 5, 3));
         assert_eq!((p.stop, p.logprobs, p.max_tokens), (vec!["END".to_string()], Some(2), Some(9)));
         assert_eq!(params("{}").unwrap().sampler.seed, 7);
+        // predicted outputs: a string or text parts; anything else names what is wrong
+        assert_eq!(params(r#"{"prediction": {"type": "content", "content": "fn a() {}"}}"#).unwrap().prediction.as_deref(), Some("fn a() {}"));
+        let parts = r#"{"prediction": {"type": "content", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}"#;
+        assert_eq!(params(parts).unwrap().prediction.as_deref(), Some("ab"));
+        assert_eq!(params(r#"{"prediction": null}"#).unwrap().prediction, None);
+        for (body, says) in [
+            (r#"{"prediction": "text"}"#, "prediction: expected an object"),
+            (r#"{"prediction": {"type": "diff", "content": "x"}}"#, "prediction.type: expected \"content\", found \"diff\""),
+            (r#"{"prediction": {"type": "content"}}"#, "prediction.content: expected a string"),
+            (r#"{"prediction": {"type": "content", "content": [{"type": "image"}]}}"#, "prediction.content: expected a string"),
+            (r#"{"prediction": {"type": "content", "content": "x", "extra": 1}}"#, "prediction.extra: unknown field"),
+        ] {
+            let e = params(body).unwrap_err().message;
+            assert!(e.contains(says), "{body}: {e}");
+        }
     }
 
     #[test]

@@ -27,12 +27,16 @@ pub struct Reply {
 }
 
 fn usage_json(u: &Usage) -> Value {
-    json!({
+    let mut v = json!({
         "prompt_tokens": u.prompt,
         "completion_tokens": u.completion,
         "total_tokens": u.prompt + u.completion,
         "prompt_tokens_details": {"cached_tokens": u.cached},
-    })
+    });
+    if let Some((accepted, rejected)) = u.predicted {
+        v["completion_tokens_details"] = json!({"accepted_prediction_tokens": accepted, "rejected_prediction_tokens": rejected});
+    }
+    v
 }
 
 fn alt_json(a: &Alt) -> Value {

@@ -99,3 +99,50 @@ async fn mtp_drafts_keep_the_output() {
     let m = Arc::new(MtpModel::new(block, g, Arc::new(pn_cpu::CpuBackend::new(2))));
     check(|| DraftFactory::Mtp(m.clone()), 2).await;
 }
+
+/// A completion of 64 greedy tokens of `prompt`, with a predicted output or none: the
+/// body of the answer.
+async fn predicted(s: &Arc<pn_server::Server>, prompt: &str, prediction: Option<&str>) -> serde_json::Value {
+    let mut body = json!({"prompt": prompt, "max_tokens": 64, "temperature": 0, "ignore_eos": true});
+    if let Some(p) = prediction {
+        body["prediction"] = json!({"type": "content", "content": p});
+    }
+    let r = post(s, "/v1/completions", &body).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// OpenAI's predicted outputs (`prediction`) with `--draft lookup`: the answer is the
+/// same; a right prediction's tokens come as accepted drafts, a wrong one's are rejected;
+/// `usage.completion_tokens_details` counts both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_predicted_output_is_drafted_from() {
+    let mut sp = spec(DEFAULT, 2, 512);
+    sp.draft = Some(DraftSpec { factory: DraftFactory::Lookup, n: 6, policy: DraftPolicy::Always });
+    let s = server(config(), sp);
+    // (accepted, rejected) summed over the prompts: right predictions, wrong ones
+    let (mut right, mut wrong) = ((0, 0), (0, 0));
+    for prompt in &PROMPTS[1..] {
+        let plain = predicted(&s, prompt, None).await;
+        let text = plain["choices"][0]["text"].as_str().unwrap().to_string();
+        assert!(plain["usage"].get("completion_tokens_details").is_none(), "{plain}");
+        let details = |v: &serde_json::Value| {
+            let d = &v["usage"]["completion_tokens_details"];
+            (d["accepted_prediction_tokens"].as_u64().unwrap(), d["rejected_prediction_tokens"].as_u64().unwrap())
+        };
+        let r = predicted(&s, prompt, Some(&text)).await;
+        assert_eq!(r["choices"][0]["text"], text.as_str(), "{prompt:?}");
+        let (acc, rej) = details(&r);
+        // 64 tokens: most come as accepted drafts (in rounds of 6), few drafts fail
+        assert!(acc >= 48 && rej <= 8, "{prompt:?}: accepted {acc}, rejected {rej}");
+        let w = predicted(&s, prompt, Some("Lorem ipsum dolor sit amet, consectetur adipiscing elit.")).await;
+        assert_eq!(w["choices"][0]["text"], text.as_str(), "{prompt:?}");
+        let (acc_w, rej_w) = details(&w);
+        eprintln!("{prompt:?}: right prediction {acc} accepted / {rej} rejected, wrong {acc_w} / {rej_w}");
+        right = (right.0 + acc, right.1 + rej);
+        wrong = (wrong.0 + acc_w, wrong.1 + rej_w);
+    }
+    // a wrong prediction leaves the context's own matches (this model repeats itself)
+    assert!(right.0 >= wrong.0 + 32 && wrong.1 > right.1 + 32, "right {right:?}, wrong {wrong:?}");
+    s.stop_engine();
+}

@@ -30,10 +30,14 @@ fn plain(l: &Loaded, cfg: &StateConfig, prompt: &[u32], gen: usize) -> Result<(f
     Ok((t0.elapsed().as_secs_f64(), out))
 }
 
-/// The same with drafts: (decode seconds, tokens, acceptance line, acceptance).
-fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize) -> Result<(f64, Vec<u32>, String, f64, serde_json::Value)> {
+/// The same with drafts (`answer`: a predicted output for the lookup drafter): (decode
+/// seconds, tokens, acceptance line, acceptance).
+fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize, answer: Option<&[u32]>) -> Result<(f64, Vec<u32>, String, f64, serde_json::Value)> {
     let mut st = load::alloc_state(l, cfg)?;
     let mut sp = d.speculator(l, cfg.max_seq)?.expect("--draft is not none");
+    if let Some(a) = answer {
+        sp.drafter.set_reference(a.into());
+    }
     let mut s = Sampler::new(SamplerConfig::greedy());
     let row = sp.prefill(&l.runner, &mut st, prompt)?;
     let t0 = Instant::now();
@@ -56,13 +60,14 @@ fn drafted(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: us
 }
 
 /// Best-of-`reps` decode tokens/s without and with drafts, and whether the greedy tokens
-/// agree.
-pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize, reps: usize) -> Result<serde_json::Value> {
+/// agree; `predict_answer`: the plain run's tokens are the lookup drafter's predicted
+/// output.
+pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen: usize, reps: usize, predict_answer: bool) -> Result<serde_json::Value> {
     let (mut best_plain, mut best_draft) = (0f64, 0f64);
     let (mut same, mut line, mut acc, mut per) = (true, String::new(), 0.0, serde_json::Value::Null);
     for _ in 0..reps {
         let (tp, a) = plain(l, cfg, prompt, gen)?;
-        let (td, b, ln, ac, pr) = drafted(l, cfg, d, prompt, gen)?;
+        let (td, b, ln, ac, pr) = drafted(l, cfg, d, prompt, gen, predict_answer.then_some(&a[..]))?;
         same &= a == b;
         best_plain = best_plain.max(gen as f64 / tp);
         if gen as f64 / td > best_draft {
@@ -75,6 +80,7 @@ pub fn compare(l: &Loaded, cfg: &StateConfig, d: &DraftOpts, prompt: &[u32], gen
         "draft": d.draft.to_string(),
         "draft_n": d.n(),
         "draft_policy": format!("{:?}", d.draft_policy).to_lowercase(),
+        "predicted": if predict_answer { "answer" } else if d.draft_ref.is_some() { "file" } else { "none" },
         "tg_tok_s": round2(best_plain),
         "draft_tg_tok_s": round2(best_draft),
         "speedup": round2(best_draft / best_plain.max(1e-9)),

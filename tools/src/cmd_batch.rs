@@ -103,6 +103,8 @@ struct Batch<'a> {
     results: Vec<Option<String>>,
     /// `--draft lookup|mtp`: sequences keep their token history and a drafter.
     drafting: Option<pn_engine::spec::DraftFactory>,
+    /// `--draft-ref`: the predicted output every lookup drafter also matches.
+    reference: Option<std::sync::Arc<[u32]>>,
     printed: usize,
     prefill_tokens: usize,
     progress: indicatif::ProgressBar,
@@ -186,7 +188,13 @@ impl Batch<'_> {
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
         let hist = if self.drafting.is_some() { ids.clone() } else { Vec::new() };
-        let drafter = drafter.or_else(|| self.drafting.as_ref().map(|f| f.drafter(self.state_cfg.max_seq)));
+        let drafter = drafter.or_else(|| {
+            let mut d = self.drafting.as_ref()?.drafter(self.state_cfg.max_seq);
+            if let Some(r) = &self.reference {
+                d.set_reference(r.clone());
+            }
+            Some(d)
+        });
         let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused, hist, stats: SpecStats::default(), drafter };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })
@@ -261,6 +269,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
     a.draft.check()?;
     let l = load::load(&a.opts)?;
     let drafting = a.draft.factory(&l)?;
+    let reference = a.draft.reference(&l)?;
     let tok = load::tokenizer(&l)?;
     let name = l.name.clone();
     // the memory ladder: KV format for one state, then the slot count
@@ -316,6 +325,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
         progress: crate::progress::bar(prompts.len() as u64, "batch", "prompts"),
         results,
         drafting,
+        reference,
     };
     b.progress.inc(failed as u64);
     b.print_ready()?;

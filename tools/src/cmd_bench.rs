@@ -32,6 +32,11 @@ pub struct BenchArgs {
     /// Also time verify passes of 2, 4 and 8 tokens against a 1-token step
     #[arg(long)]
     verify_cost: bool,
+    /// With --draft lookup: the predicted output is the answer itself (the plain run's
+    /// greedy token ids), as when an answer repeats a known text (a rewrite that keeps
+    /// most of a file); on random weights the one way to get text that repeats
+    #[arg(long)]
+    predict_answer: bool,
 }
 
 fn round2(x: f64) -> f64 {
@@ -52,6 +57,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     a.draft.check()?;
     let drafting = a.draft.draft != pn_engine::spec::DraftKind::None;
+    if a.predict_answer && (a.draft.draft != pn_engine::spec::DraftKind::Lookup || a.draft.draft_ref.is_some()) {
+        bail!("--predict-answer: needs --draft lookup and no --draft-ref (found --draft {}{})", a.draft.draft, if a.draft.draft_ref.is_some() { " --draft-ref" } else { "" });
+    }
     if (drafting || a.verify_cost) && a.slots.is_some() {
         bail!("--draft / --verify-cost: one sequence only (not with --slots)");
     }
@@ -118,7 +126,7 @@ fn drafts(a: &BenchArgs, l: &load::Loaded, cfg: &pn_engine::state::kv::StateConf
     }
     let mut out = serde_json::Map::new();
     if a.draft.draft != pn_engine::spec::DraftKind::None {
-        out.append(crate::bench_draft::compare(l, cfg, &a.draft, &prompt, a.gen, a.reps)?.as_object_mut().expect("an object"));
+        out.append(crate::bench_draft::compare(l, cfg, &a.draft, &prompt, a.gen, a.reps, a.predict_answer)?.as_object_mut().expect("an object"));
     }
     if a.verify_cost {
         out.append(crate::bench_draft::verify_cost(l, cfg, &prompt, a.reps)?.as_object_mut().expect("an object"));

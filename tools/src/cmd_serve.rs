@@ -128,6 +128,9 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let id = a.alias.clone().unwrap_or_else(|| model_id(a.opts.model.as_deref()));
     a.draft.check()?;
+    if a.draft.draft_ref.is_some() {
+        anyhow::bail!("--draft-ref: not a pn serve flag (a request gives its predicted output in its `prediction` field)");
+    }
     let (mut opts, chunk, async_steps, step_budget, draft_opts, wave_tokens) = (a.opts.clone(), a.prefill_chunk, a.async_steps, a.step_budget, a.draft.clone(), a.wave_tokens);
     opts.ubatch.get_or_insert(load::SERVE_UBATCH);
     pn_server::serve(cfg, move || {

@@ -20,6 +20,11 @@ pub struct DraftOpts {
     /// `always`
     #[arg(long = "draft-policy", default_value = "adaptive", value_parser = parse_policy)]
     pub draft_policy: DraftPolicy,
+    /// A predicted output for `--draft lookup`: a text file the answer is expected to
+    /// repeat (the file a code edit rewrites, a previous answer); drafts also come from
+    /// n-gram matches in it
+    #[arg(long = "draft-ref", value_name = "FILE")]
+    pub draft_ref: Option<std::path::PathBuf>,
 }
 
 fn parse_policy(s: &str) -> Result<DraftPolicy, String> {
@@ -48,6 +53,14 @@ impl DraftOpts {
                 anyhow::bail!("--draft-n: needs --draft mtp or --draft lookup");
             }
         }
+        if let Some(p) = &self.draft_ref {
+            if self.draft != DraftKind::Lookup {
+                anyhow::bail!("--draft-ref: needs --draft lookup (found --draft {})", self.draft);
+            }
+            if !p.is_file() {
+                anyhow::bail!("--draft-ref: expected a readable text file, found {}", p.display());
+            }
+        }
         Ok(())
     }
     pub fn n(&self) -> usize {
@@ -70,9 +83,20 @@ impl DraftOpts {
         })
     }
 
+    /// The tokens of `--draft-ref` (no special tokens), None without it.
+    pub fn reference(&self, l: &Loaded) -> Result<Option<Arc<[u32]>>> {
+        let Some(p) = &self.draft_ref else { return Ok(None) };
+        let text = std::fs::read_to_string(p).with_context(|| format!("--draft-ref: cannot read {} as UTF-8 text", p.display()))?;
+        Ok(Some(crate::load::tokenizer(l)?.encode(&text, false).into()))
+    }
+
     /// The speculator of one sequence (None for `--draft none`).
     pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
         let Some(f) = self.factory(l)? else { return Ok(None) };
-        Ok(Some(Speculator::new(&l.runner, f.drafter(max_seq), self.n())?.with_policy(self.draft_policy)))
+        let mut d = f.drafter(max_seq);
+        if let Some(r) = self.reference(l)? {
+            d.set_reference(r);
+        }
+        Ok(Some(Speculator::new(&l.runner, d, self.n())?.with_policy(self.draft_policy)))
     }
 }

@@ -89,6 +89,45 @@ fn bad_draft_flags_are_clear_errors() {
     let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-policy", "sometimes"]);
     assert_ne!(code, 0);
     assert!(err.contains("expected adaptive or always, found \"sometimes\""), "{err}");
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "mtp", "--draft-ref", "Cargo.toml"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--draft-ref: needs --draft lookup (found --draft mtp)"), "{err}");
+    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-ref", "/no/such/file.txt"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--draft-ref: expected a readable text file, found /no/such/file.txt"), "{err}");
+    let (code, _, err) = pn(&["serve", "--draft", "lookup", "--draft-ref", "Cargo.toml"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("a request gives its predicted output in its `prediction` field"), "{err}");
+    let (code, _, err) = pn(&["bench", "--draft", "mtp", "--predict-answer"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("--predict-answer: needs --draft lookup and no --draft-ref (found --draft mtp)"), "{err}");
+}
+
+/// `--draft-ref FILE` (a predicted output): the same text, and with the answer itself as
+/// the reference nearly every draft is accepted.
+#[test]
+fn a_draft_reference_is_drafted_from() {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-ref");
+    std::fs::create_dir_all(&d).unwrap();
+    let base = ["run", "-p", "class Parser:", "-n", "64", "--greedy", "-t", "2", "--draft", "lookup", "--draft-n", "6", "--draft-policy", "always"];
+    let (code, want, err) = pn(&base);
+    assert_eq!(code, 0, "{err}");
+    let counts = |err: &str| {
+        let line = err.lines().find(|l| l.starts_with("[draft lookup")).unwrap_or_else(|| panic!("{err}"));
+        let n = |after: &str| line.split(after).nth(1).and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next()).and_then(|t| t.parse::<u64>().ok()).unwrap_or_else(|| panic!("{line}"));
+        (n("drafted "), n("accepted "))
+    };
+    let (drafted, accepted) = counts(&err);
+    // the answer without the prompt it repeats
+    let f = d.join("answer.txt");
+    std::fs::write(&f, want.strip_prefix("class Parser:").expect("the prompt is echoed")).unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--draft-ref", f.to_str().unwrap()]);
+    let (code, got, err) = pn(&args);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(got, want);
+    let (drafted_r, accepted_r) = counts(&err);
+    assert!(accepted_r >= 48 && drafted_r - accepted_r <= 8 && accepted_r > accepted + 16, "without: {drafted} drafted, {accepted} accepted; with: {drafted_r}, {accepted_r}");
 }
 
 /// `pn synth --nextn 1` writes an MTP block that `--draft mtp` runs (random weights: the

@@ -92,6 +92,18 @@ impl Drafter {
         }
     }
 
+    /// Gives a prompt-lookup drafter a predicted output to draft from (lookup.rs); false
+    /// for a drafter that cannot use one (MTP).
+    pub fn set_reference(&mut self, reference: std::sync::Arc<[u32]>) -> bool {
+        match self {
+            Drafter::Lookup(l) => {
+                l.set_reference(reference);
+                true
+            }
+            Drafter::Mtp(_) => false,
+        }
+    }
+
     /// Up to `n` drafts after `ctx` (every fed token, then the pending one).
     pub fn draft(&mut self, ctx: &[u32], n: usize) -> Result<Vec<u32>, SpecError> {
         match self {

@@ -98,6 +98,8 @@ pub struct Usage {
     pub prompt: usize,
     pub completion: usize,
     pub cached: usize,
+    /// With a predicted output: (accepted, rejected) draft tokens.
+    pub predicted: Option<(usize, usize)>,
 }
 
 pub enum Event {
@@ -117,6 +119,9 @@ pub struct Job {
     pub events: UnboundedSender<Event>,
     pub arrived: Instant,
     pub deadline: Option<Instant>,
+    /// The tokens of the request's predicted output (`prediction`): lookup drafts match
+    /// them.
+    pub prediction: Option<std::sync::Arc<[u32]>>,
 }
 
 pub enum Msg {
@@ -160,6 +165,8 @@ struct Seq {
     last_token: Instant,
     /// `--draft`: this sequence's drafter.
     drafter: Option<pn_engine::spec::Drafter>,
+    /// Draft tokens verified and accepted for this sequence.
+    drafts: (usize, usize),
 }
 
 struct Live {
@@ -454,11 +461,17 @@ impl Engine {
             };
             let hidden = self.draft.as_ref().is_some_and(|d| d.factory.needs_hidden());
             let task = PrefillTask::start(&mut self.cache, &self.runner, st, job.tokens.clone(), self.chunk, hidden);
-            let drafter = self.draft.as_ref().map(|d| d.factory.drafter(self.state_cfg.max_seq));
+            let drafter = self.draft.as_ref().map(|d| {
+                let mut dr = d.factory.drafter(self.state_cfg.max_seq);
+                if let Some(p) = &job.prediction {
+                    dr.set_reference(p.clone());
+                }
+                dr
+            });
             let m = &self.shared.metrics;
             m.prompt_tokens.fetch_add(job.tokens.len() as u64, Ordering::Relaxed);
             m.cached_tokens.fetch_add(task.reused as u64, Ordering::Relaxed);
-            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now(), drafter };
+            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now(), drafter, drafts: (0, 0) };
             self.prefilling.push_back((seq, task));
         }
     }
@@ -568,7 +581,9 @@ impl Engine {
 
 impl Seq {
     fn usage(&self) -> Usage {
-        Usage { prompt: self.prompt_len, completion: self.gen.generated.len(), cached: self.cached }
+        let (drafted, accepted) = self.drafts;
+        let predicted = self.job.prediction.as_ref().map(|_| (accepted, drafted - accepted));
+        Usage { prompt: self.prompt_len, completion: self.gen.generated.len(), cached: self.cached, predicted }
     }
 
     /// Sample from `row` and send what it adds; None when the sequence ended with an error.

@@ -83,6 +83,7 @@ impl Engine {
             emitted += l.seq.gen.generated.len() - before;
             self.shared.metrics.record_generated((l.seq.gen.generated.len() - before) as u64);
             self.shared.metrics.record_drafts(drafts.len(), k);
+            l.seq.drafts = (l.seq.drafts.0 + drafts.len(), l.seq.drafts.1 + k);
             for s in &mut steps {
                 if !s.delta.is_empty() {
                     let _ = l.seq.job.events.send(Event::Delta(std::mem::take(&mut s.delta)));
