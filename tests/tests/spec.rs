@@ -3,7 +3,8 @@
 //! needs a file with an MTP block.
 
 use pn_engine::sampler::{argmax, Sampler, SamplerConfig};
-use pn_engine::spec::{Drafter, Lookup, MtpDrafter, SpecStats, Speculator};
+use pn_engine::spec::slots::{draft_all, verify_all, SlotDraft};
+use pn_engine::spec::{accept, Drafter, Lookup, MtpDrafter, MtpModel, SpecStats, Speculator};
 use pn_engine::{Gguf, Runner};
 use pn_ops::KvType;
 use pn_tests::*;
@@ -354,5 +355,105 @@ fn mtp_drafts_follow_the_accepted_texts_hidden_rows() {
             }
         }
         assert!(rounds > 20 && (k == 1 || partial > 0), "×{k}: {rounds} rounds, {partial} partially accepted");
+    }
+}
+
+// MTP drafters of several decode slots on one model draft together
+// (`spec::mtp::draft_many`: one block pass pairs every slot's accepted rows, then one
+// pass per further draft position): every round's drafts are the ones each sequence's
+// drafter gives alone, so acceptance, rollback and output are unchanged.
+
+/// Rounds of `n` tokens or more for each prompt; per prompt, every round's drafts.
+fn mtp_alone(r: &Runner, model: &Arc<MtpModel>, prompts: &[Vec<u32>], k: usize, n: usize) -> Vec<Vec<Vec<u32>>> {
+    prompts
+        .iter()
+        .map(|p| {
+            let mut st = r.new_state(256);
+            let d = Drafter::Mtp(Box::new(MtpDrafter::with_model(model.clone(), 256, KvType::F32)));
+            let mut sp = Speculator::new(r, d, k).unwrap();
+            let mut s = Sampler::new(SamplerConfig::greedy());
+            let mut next = s.sample(sp.prefill(r, &mut st, p).unwrap().last());
+            let (mut rounds, mut out) = (Vec::new(), 0);
+            while out < n {
+                let (acc, nx) = sp.round(r, &mut st, next, &mut s).unwrap();
+                rounds.push(sp.last_drafts.clone());
+                out += acc.len() + 1;
+                next = nx;
+            }
+            rounds
+        })
+        .collect()
+}
+
+/// The same rounds with every prompt in a decode slot, all verified in one pass a round
+/// and drafted together; a sequence stops after as many rounds as it took alone.
+fn mtp_under_slots(r: &Runner, model: &Arc<MtpModel>, prompts: &[Vec<u32>], k: usize, want_rounds: &[usize]) -> Vec<Vec<Vec<u32>>> {
+    struct Seq {
+        h: pn_engine::SlotHandle,
+        hist: Vec<u32>,
+        next: u32,
+        s: Sampler,
+        d: Drafter,
+        rounds: Vec<Vec<u32>>,
+    }
+    let mut slots = pn_engine::Slots::new(prompts.len());
+    let mut seqs: Vec<Seq> = prompts
+        .iter()
+        .map(|p| {
+            let mut st = r.new_state(256);
+            let mut d = Drafter::Mtp(Box::new(MtpDrafter::with_model(model.clone(), 256, KvType::F32)));
+            let mut s = Sampler::new(SamplerConfig::greedy());
+            let next = s.sample(d.prefill(r, &mut st, p).unwrap().last());
+            Seq { h: slots.bind(st).unwrap(), hist: p.clone(), next, s, d, rounds: Vec::new() }
+        })
+        .collect();
+    loop {
+        let live: Vec<usize> = (0..seqs.len()).filter(|&i| seqs[i].rounds.len() < want_rounds[i]).collect();
+        if live.is_empty() {
+            return seqs.into_iter().map(|q| q.rounds).collect();
+        }
+        let mut items: Vec<SlotDraft<'_>> = seqs
+            .iter_mut()
+            .enumerate()
+            .filter(|(i, _)| live.contains(i))
+            .map(|(_, q)| SlotDraft { handle: q.h, history: &q.hist, pending: q.next, n: k, drafter: &mut q.d })
+            .collect();
+        let toks = draft_all(&slots, &mut items).unwrap();
+        let mut rows = verify_all(&mut slots, r, &items, &toks).unwrap();
+        drop(items);
+        for (j, &i) in live.iter().enumerate() {
+            let q = &mut seqs[i];
+            let drafts = &toks[j][1..];
+            let (acc, next) = accept::accept(&mut q.s, &rows.logits[j], drafts);
+            rows.keep(&mut slots, j, acc + 1, &mut q.d).unwrap();
+            q.hist.push(q.next);
+            q.hist.extend_from_slice(&drafts[..acc]);
+            q.rounds.push(drafts.to_vec());
+            q.next = next;
+        }
+    }
+}
+
+#[test]
+fn mtp_drafts_batched_across_slots_are_each_sequences_own() {
+    for m in ["tiny-mtp-f16.gguf", "default"] {
+        let (r, g) = load(m);
+        let v = r.model().n_vocab() as u32;
+        // four prompts of different lengths: the slots fall out at different rounds
+        let prompts: Vec<Vec<u32>> = (0..4u32).map(|i| (0..20 + 3 * i).map(|j| (j * 37 + i * 101 + 11) % (v - 8)).collect()).collect();
+        for k in [1, 3] {
+            let block = pn_models::qwen35moe::mtp::load(&g).unwrap();
+            let model = Arc::new(MtpModel::new(block, g.clone(), r.dies()[0].backend.clone()));
+            let want = mtp_alone(&r, &model, &prompts, k, 24 + 4 * k);
+            let graphs = model.graphs();
+            let got = mtp_under_slots(&r, &model, &prompts, k, &want.iter().map(Vec::len).collect::<Vec<_>>());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "{m}: ×{k}, slot {i}: drafts per round");
+            }
+            // the slots' block passes ran together (geometries of several sequences)
+            assert!(model.graphs() > graphs, "{m}: ×{k}: no multi-sequence block pass was compiled");
+            let drafts: usize = want.iter().flatten().map(Vec::len).sum();
+            eprintln!("{m} ×{k}: {} rounds, {drafts} drafts, {} block graphs", want.iter().map(Vec::len).sum::<usize>(), model.graphs());
+        }
     }
 }

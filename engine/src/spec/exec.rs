@@ -13,7 +13,8 @@ use crate::gguf::Gguf;
 use crate::graph::Graph;
 use crate::runner::RunError;
 use pn_ops::{DType, LayerState, Op, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, WeightView};
-use std::collections::{BTreeMap, HashMap};
+use crate::runner::bounded::Bounded;
+use std::collections::BTreeMap;
 use std::time::Instant;
 use std::sync::{Arc, Mutex};
 
@@ -134,10 +135,18 @@ impl Compiled {
         &self.graph
     }
 
-    /// Runs the graph: `tokens` / `pos` fill the Tokens / Positions inputs, `ext` the
-    /// external inputs by name; `state` serves every stateful op. Returns the graph
-    /// outputs in order.
+    /// Runs the graph for one sequence: `tokens` / `pos` fill the Tokens / Positions
+    /// inputs, `ext` the external inputs by name; `state` serves every stateful op.
+    /// Returns the graph outputs in order.
     pub fn run(&self, g: &Gguf, tokens: &[u32], pos: &[i32], ext: &[(&str, &[f32])], state: Option<&mut LayerState>) -> Result<Vec<Tensor>, RunError> {
+        let spans = [SeqSpan { start: 0, len: tokens.len() }];
+        let mut one: Vec<&mut [LayerState]> = state.into_iter().map(std::slice::from_mut).collect();
+        self.run_seqs(g, tokens, pos, ext, &spans, &mut one)
+    }
+
+    /// Runs the graph for several sequences in one pass: `spans` their tokens on the
+    /// token axis, `layers[i]` the states of sequence i (none for a stateless graph).
+    pub fn run_seqs(&self, g: &Gguf, tokens: &[u32], pos: &[i32], ext: &[(&str, &[f32])], spans: &[SeqSpan], layers: &mut [&mut [LayerState]]) -> Result<Vec<Tensor>, RunError> {
         let _one = self.busy.lock().map_err(|_| op_err("(MTP graph)", OpError::Invalid { op: "run", msg: "a run panicked".into() }))?;
         let b = &self.backend;
         for (slot, meta, f) in &self.fills {
@@ -169,8 +178,6 @@ impl Compiled {
                 WeightView { name: &info.name, ty: info.ty, shape, bytes: g.tensor_bytes(info), rows16: g.rows16(ix) }
             })
             .collect();
-        let spans = [SeqSpan { start: 0, len: tokens.len() }];
-        let mut one: Vec<&mut [LayerState]> = state.into_iter().map(std::slice::from_mut).collect();
         let ops = &self.kinds;
         let mut acc: Vec<(&'static str, u64)> = Vec::new();
         let mut t_last = Instant::now();
@@ -180,7 +187,7 @@ impl Compiled {
         };
         let timed = self.times.is_some();
         let mut here = |_: usize, _: &Tensor| {};
-        let mut io = PassIo { weights: &views, spans: &spans, ids: &[self.arena], layers: &mut one, timing: if timed { Some(&mut timing) } else { None }, observe: None };
+        let mut io = PassIo { weights: &views, spans, ids: &[self.arena], layers, timing: if timed { Some(&mut timing) } else { None }, observe: None };
         if self.inline {
             io.observe = Some(&mut here);
         }
@@ -219,17 +226,33 @@ impl Drop for Compiled {
     }
 }
 
-/// Compiled graphs by a key (which graph, its token count).
-#[derive(Default)]
-pub struct Cache(Mutex<HashMap<(u8, usize), Arc<Compiled>>>);
+/// A cache key: which graph, its token count, its sequence count.
+pub type Key = (u8, usize, usize);
+
+/// Compiled graphs by [`Key`], at most `cap` (least recently used out first): several
+/// slots' block passes meet a geometry per (pairs, sequences).
+pub struct Cache(Mutex<Bounded<Key, Arc<Compiled>>>);
 
 impl Cache {
-    pub fn get(&self, key: (u8, usize), make: impl FnOnce() -> Result<Compiled, RunError>) -> Result<Arc<Compiled>, RunError> {
+    pub fn new(cap: usize) -> Cache {
+        Cache(Mutex::new(Bounded::new(cap)))
+    }
+
+    pub fn get(&self, key: Key, make: impl FnOnce() -> Result<Compiled, RunError>) -> Result<Arc<Compiled>, RunError> {
         if let Some(c) = self.0.lock().expect("graph cache").get(&key) {
             return Ok(c.clone());
         }
         let c = Arc::new(make()?);
         self.0.lock().expect("graph cache").insert(key, c.clone());
         Ok(c)
+    }
+
+    /// Graphs held now.
+    pub fn len(&self) -> usize {
+        self.0.lock().expect("graph cache").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }

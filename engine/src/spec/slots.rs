@@ -8,7 +8,7 @@
 //! tokens).
 
 use super::verify::{self, Pass};
-use super::{accept, Drafter, SpecError, SpecStats};
+use super::{accept, mtp, Drafter, SpecError, SpecStats};
 use crate::runner::{Logits, Runner};
 use crate::sampler::Sampler;
 use crate::slots::{SlotError, SlotHandle, Slots};
@@ -48,18 +48,30 @@ impl From<SlotError> for SpecError {
 }
 
 /// The drafts of every entry (up to its `n`, fewer near the end of its context): per
-/// entry, its pending token then its drafts.
+/// entry, its pending token then its drafts. MTP drafters run their block passes
+/// together ([`mtp::draft_many`]).
 pub fn draft_all(slots: &Slots, items: &mut [SlotDraft<'_>]) -> Result<Vec<Vec<u32>>, SpecError> {
+    let mut ctxs = Vec::with_capacity(items.len());
     let mut toks = Vec::with_capacity(items.len());
     for it in items.iter_mut() {
         let st = slots.state(it.handle)?;
-        let room = st.max_seq.saturating_sub(st.pos + 1);
+        it.n = it.n.min(st.max_seq.saturating_sub(st.pos + 1));
         let mut ctx = Vec::with_capacity(it.history.len() + 1);
         ctx.extend_from_slice(it.history);
         ctx.push(it.pending);
-        let mut t = vec![it.pending];
-        t.extend(it.drafter.draft(&ctx, it.n.min(room))?);
-        toks.push(t);
+        ctxs.push(ctx);
+        toks.push(vec![it.pending]);
+    }
+    let mut jobs = Vec::new();
+    for ((it, ctx), t) in items.iter_mut().zip(&ctxs).zip(toks.iter_mut()) {
+        match &mut *it.drafter {
+            Drafter::Mtp(m) => jobs.push((t, mtp::DraftJob { drafter: m, tokens: ctx, n: it.n })),
+            d => t.extend(d.draft(ctx, it.n)?),
+        }
+    }
+    let (outs, mut jobs): (Vec<_>, Vec<_>) = jobs.into_iter().unzip();
+    for (t, d) in outs.into_iter().zip(mtp::draft_many(&mut jobs)?) {
+        t.extend(d);
     }
     Ok(toks)
 }

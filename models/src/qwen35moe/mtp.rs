@@ -79,7 +79,7 @@ impl MtpBlock for Mtp {
         Ok(())
     }
 
-    fn build_block(&self, t: usize, b: &mut GraphBuilder) -> Result<(), GraphError> {
+    fn build_block(&self, t: usize, seqs: usize, b: &mut GraphBuilder) -> Result<(), GraphError> {
         let c = &self.m.cfg;
         let (e, il) = (c.n_embd, self.il);
         let pos = b.input(Op::Positions, t, "inp_pos")?;
@@ -96,7 +96,10 @@ impl MtpBlock for Mtp {
         };
         h = b.op(Op::Binary(BinaryOp::Add), &[f, h], "l_out")?;
         b.set_layer(None);
-        if t > 1 {
+        // each sequence's last pair (its next draft)
+        if seqs > 1 {
+            h = b.op(Op::LastRows { seqs }, &[h], "mtp_last")?;
+        } else if t > 1 {
             h = b.op(Op::SliceRows { start: t - 1, len: 1 }, &[h], "mtp_last")?;
         }
         let norm = self.first_of(&[self.name("nextn.shared_head_norm.weight"), "output_norm.weight".into()]);
