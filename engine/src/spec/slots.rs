@@ -94,6 +94,15 @@ fn round_here(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRo
     let (toks, mut rows) = {
         let mut ds: Vec<SlotDraft<'_>> = items.iter_mut().map(|it| SlotDraft { handle: it.handle, history: it.history, pending: it.pending, n: n_draft, drafter: &mut *it.drafter }).collect();
         let toks = draft_all(slots, &mut ds)?;
+        if toks.iter().all(|t| t.len() == 1) && !ds.iter().any(|d| d.drafter.wants_hidden()) {
+            // no drafts, and no drafter reads hidden rows: a plain decode step (nothing
+            // recorded to roll back, no rows copied out per sequence)
+            drop(ds);
+            let batch: Vec<(SlotHandle, u32)> = items.iter().map(|it| (it.handle, it.pending)).collect();
+            verify::check_runner(r)?;
+            let logits = slots.step(r, &batch)?;
+            return Ok(items.iter_mut().enumerate().map(|(i, it)| (Vec::new(), it.sampler.sample(logits.row(i)))).collect());
+        }
         let rows = verify_all(slots, r, &ds, &toks)?;
         (toks, rows)
     };
