@@ -113,12 +113,19 @@ async fn predicted(s: &Arc<pn_server::Server>, prompt: &str, prediction: Option<
 }
 
 /// OpenAI's predicted outputs (`prediction`) with `--draft lookup`: the answer is the
-/// same; a right prediction's tokens come as accepted drafts, a wrong one's are rejected;
+/// same; a right prediction's tokens come as accepted drafts (under the adaptive policy
+/// too: a request with a prediction drafts in every round), a wrong one's are rejected;
 /// `usage.completion_tokens_details` counts both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_predicted_output_is_drafted_from() {
+    for policy in [DraftPolicy::Always, DraftPolicy::Adaptive] {
+        predictions_under(policy).await;
+    }
+}
+
+async fn predictions_under(policy: DraftPolicy) {
     let mut sp = spec(DEFAULT, 2, 512);
-    sp.draft = Some(DraftSpec { factory: DraftFactory::Lookup, n: 6, policy: DraftPolicy::Always });
+    sp.draft = Some(DraftSpec { factory: DraftFactory::Lookup, n: 6, policy });
     let s = server(config(), sp);
     // (accepted, rejected) summed over the prompts: right predictions, wrong ones
     let (mut right, mut wrong) = ((0, 0), (0, 0));
@@ -134,15 +141,15 @@ async fn a_predicted_output_is_drafted_from() {
         assert_eq!(r["choices"][0]["text"], text.as_str(), "{prompt:?}");
         let (acc, rej) = details(&r);
         // 64 tokens: most come as accepted drafts (in rounds of 6), few drafts fail
-        assert!(acc >= 48 && rej <= 8, "{prompt:?}: accepted {acc}, rejected {rej}");
+        assert!(acc >= 48 && rej <= 8, "{policy:?} {prompt:?}: accepted {acc}, rejected {rej}");
         let w = predicted(&s, prompt, Some("Lorem ipsum dolor sit amet, consectetur adipiscing elit.")).await;
         assert_eq!(w["choices"][0]["text"], text.as_str(), "{prompt:?}");
         let (acc_w, rej_w) = details(&w);
-        eprintln!("{prompt:?}: right prediction {acc} accepted / {rej} rejected, wrong {acc_w} / {rej_w}");
+        eprintln!("{policy:?} {prompt:?}: right prediction {acc} accepted / {rej} rejected, wrong {acc_w} / {rej_w}");
         right = (right.0 + acc, right.1 + rej);
         wrong = (wrong.0 + acc_w, wrong.1 + rej_w);
     }
     // a wrong prediction leaves the context's own matches (this model repeats itself)
-    assert!(right.0 >= wrong.0 + 32 && wrong.1 > right.1 + 32, "right {right:?}, wrong {wrong:?}");
+    assert!(right.0 >= wrong.0 + 32 && wrong.1 > right.1 + 32, "{policy:?}: right {right:?}, wrong {wrong:?}");
     s.stop_engine();
 }

@@ -111,7 +111,25 @@ def errors():
         assert e.status_code == 401
 
 
-for name, fn in [("chat", chat_whole), ("chat stream", chat_stream), ("completions", completions), ("stop strings", stop_strings), ("logprobs", logprobs), ("errors", errors)]:
+def predicted_outputs():
+    # the client's `prediction` argument: the same answer, usage counts the prediction's
+    # tokens (this server runs without --draft: none drafted)
+    more = {"ignore_eos": True}
+    whole = client.chat.completions.create(model=model, messages=MSGS, max_tokens=16, temperature=0, extra_body=more)
+    text = whole.choices[0].message.content
+    assert text, whole
+    r = client.chat.completions.create(model=model, messages=MSGS, max_tokens=16, temperature=0, prediction={"type": "content", "content": text}, extra_body=more)
+    assert r.choices[0].message.content == text, (r.choices[0].message.content, text)
+    d = r.usage.completion_tokens_details
+    assert d is not None and isinstance(d.accepted_prediction_tokens, int) and isinstance(d.rejected_prediction_tokens, int), r.usage
+    try:
+        client.chat.completions.create(model=model, messages=MSGS, max_tokens=4, prediction={"type": "diff", "content": text})
+        raise AssertionError("a prediction of type diff accepted")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and "prediction.type" in str(e), e
+
+
+for name, fn in [("chat", chat_whole), ("predicted outputs", predicted_outputs), ("chat stream", chat_stream), ("completions", completions), ("stop strings", stop_strings), ("logprobs", logprobs), ("errors", errors)]:
     check(name, fn)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

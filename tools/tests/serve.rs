@@ -67,7 +67,7 @@ fn openai_client_end_to_end_then_sigterm() {
     let report = String::from_utf8_lossy(&o.stdout);
     eprintln!("{report}{}", String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "openai checks failed:\n{report}");
-    assert!(report.contains("6 passed, 0 failed"), "{report}");
+    assert!(report.contains("7 passed, 0 failed"), "{report}");
 
     // a stream in flight when SIGTERM arrives still finishes; then the server exits 0
     let mut drain = Command::new(&py).arg(&script).args([&url, "e2e-key", "drain"]).stdout(Stdio::piped()).spawn().expect("python runs");

@@ -29,7 +29,12 @@ impl Engine {
         // streams (the text is the same either way: accept.rs's coupled rule)
         let k_streams = stepping.len();
         let drafting = self.adapt.as_mut().is_none_or(|a| a.draft(k_streams));
-        let n_max = if drafting { self.draft.as_ref().map_or(0, |d| d.n) } else { 0 };
+        let n_cfg = self.draft.as_ref().map_or(0, |d| d.n);
+        let n_max = if drafting { n_cfg } else { 0 };
+        // a request with a predicted output drafts in every round: its client asked for
+        // it, and its drafts are mostly accepted (such rounds do not count as plain ones
+        // in the adaptive policy's measurements)
+        let predicted = !drafting && stepping.iter().any(|l| l.seq.job.prediction.is_some() && l.finishing.is_none());
         let t0 = std::time::Instant::now();
         let caught = |st: &[Live]| pn_engine::spec::adapt::caught_up(st.iter().filter_map(|l| l.seq.drafter.as_ref()));
         let before = caught(&stepping);
@@ -40,7 +45,11 @@ impl Engine {
                     // a finishing sequence only feeds its last token; drafts past the
                     // generation's limit would never be taken
                     let left = l.seq.gen.limit().saturating_sub(l.seq.gen.generated.len() + 1);
-                    let n = if l.finishing.is_some() { 0 } else { n_max.min(left) };
+                    let n = match (&l.finishing, &l.seq.job.prediction) {
+                        (Some(_), _) => 0,
+                        (None, Some(_)) => n_cfg.min(left),
+                        (None, None) => n_max.min(left),
+                    };
                     SlotDraft { handle: l.h, history: &l.seq.fed, pending: l.next, n, drafter: l.seq.drafter.as_mut().expect("a drafter per sequence with --draft") }
                 })
                 .collect();
@@ -52,7 +61,7 @@ impl Engine {
         };
         let after = caught(&stepping);
         self.shared.metrics.record_step(stepping.len());
-        self.shared.metrics.record_draft_round(drafting);
+        self.shared.metrics.record_draft_round(drafting || predicted);
         let mut emitted = 0;
         for (i, mut l) in stepping.into_iter().enumerate() {
             let drafts = &toks[i][1..];
@@ -110,7 +119,7 @@ impl Engine {
                 self.live.push(l);
             }
         }
-        if let Some(a) = &mut self.adapt {
+        if let Some(a) = self.adapt.as_mut().filter(|_| !predicted) {
             a.record(k_streams, drafting, emitted, t0.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
         }
     }
