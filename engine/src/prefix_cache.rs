@@ -83,6 +83,9 @@ pub struct CacheStats {
 struct Entry {
     tokens: Vec<u32>,
     snap: Arc<StateSnapshot>,
+    /// Every token's hidden row (`result_norm`), when the inserter had them: what an
+    /// MTP drafter needs of a restored prefix (crate::spec::mtp).
+    hidden: Option<Arc<[f32]>>,
     bytes: usize,
     last_use: u64,
 }
@@ -141,26 +144,47 @@ impl PrefixCache {
     /// `lookup` restricted to held prefixes whose length passes `ok` (e.g. only the
     /// lengths where the caller's own prefill would cut a pass).
     pub fn lookup_where(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>)> {
+        self.find(tokens, ok, false).map(|(n, s, _)| (n, s))
+    }
+
+    /// `lookup_where` among the entries that hold every token's hidden row: also those
+    /// rows (`n × n_embd`).
+    pub fn lookup_hidden(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool) -> Option<(usize, Arc<StateSnapshot>, Arc<[f32]>)> {
+        self.find(tokens, ok, true).map(|(n, s, h)| (n, s, h.expect("an entry with hidden rows")))
+    }
+
+    fn find(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> Option<(usize, Arc<StateSnapshot>, Option<Arc<[f32]>>)> {
         let best = self
             .entries
             .iter_mut()
-            .filter(|e| e.tokens.len() < tokens.len() && ok(e.tokens.len()) && tokens.starts_with(&e.tokens))
+            .filter(|e| e.tokens.len() < tokens.len() && ok(e.tokens.len()) && (!hidden || e.hidden.is_some()) && tokens.starts_with(&e.tokens))
             .max_by_key(|e| e.tokens.len())?;
         self.tick += 1;
         best.last_use = self.tick;
-        Some((best.tokens.len(), best.snap.clone()))
+        Some((best.tokens.len(), best.snap.clone(), best.hidden.clone()))
     }
 
     /// Keep `snap` as the state after `tokens`. Evicts least-recently-used entries to stay
     /// within the budget; a snapshot larger than the whole budget is not kept. Returns
     /// whether it was inserted (false: already held, or too large).
     pub fn insert(&mut self, tokens: &[u32], snap: StateSnapshot) -> bool {
+        self.insert_with(tokens, snap, None)
+    }
+
+    /// [`PrefixCache::insert`] with every token's hidden row (`hidden`: `tokens.len()`
+    /// rows); an entry already held without them gets them.
+    pub fn insert_with(&mut self, tokens: &[u32], snap: StateSnapshot, hidden: Option<Arc<[f32]>>) -> bool {
         self.tick += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
-            e.last_use = self.tick;
-            return false;
+        if let Some(i) = self.entries.iter().position(|e| e.tokens == tokens) {
+            self.entries[i].last_use = self.tick;
+            if self.entries[i].hidden.is_some() || hidden.is_none() {
+                return false;
+            }
+            // held without hidden rows: replaced by the entry that has them
+            let e = self.entries.swap_remove(i);
+            self.bytes -= e.bytes;
         }
-        let bytes = snap.bytes() + tokens.len() * 4;
+        let bytes = snap.bytes() + tokens.len() * 4 + hidden.as_ref().map_or(0, |h| h.len() * 4);
         if bytes > self.cfg.budget_bytes {
             return false;
         }
@@ -168,7 +192,7 @@ impl PrefixCache {
             self.evict_lru();
         }
         self.bytes += bytes;
-        self.entries.push(Entry { tokens: tokens.to_vec(), snap: Arc::new(snap), bytes, last_use: self.tick });
+        self.entries.push(Entry { tokens: tokens.to_vec(), snap: Arc::new(snap), hidden, bytes, last_use: self.tick });
         self.stats.inserted += 1;
         true
     }
@@ -177,11 +201,18 @@ impl PrefixCache {
     /// resident backend holds are copied from it (they stay there); a failed copy
     /// inserts nothing.
     pub fn insert_state(&mut self, tokens: &[u32], st: &SeqState) -> bool {
-        if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || self.contains(tokens) {
+        self.insert_state_with(tokens, st, None)
+    }
+
+    /// [`PrefixCache::insert_state`] with every token's hidden row (`n_embd` floats per
+    /// token of `tokens`, in order).
+    pub fn insert_state_with(&mut self, tokens: &[u32], st: &SeqState, hidden: Option<&[f32]>) -> bool {
+        let held = self.entries.iter().find(|e| e.tokens == tokens).map(|e| e.hidden.is_some());
+        if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || held == Some(true) || (held == Some(false) && hidden.is_none()) {
             return false;
         }
         match st.snapshot() {
-            Ok(snap) => self.insert(tokens, snap),
+            Ok(snap) => self.insert_with(tokens, snap, hidden.map(Arc::from)),
             Err(_) => false,
         }
     }

@@ -153,3 +153,32 @@ async fn predictions_under(policy: DraftPolicy) {
     assert!(right.0 >= wrong.0 + 32 && wrong.1 > right.1 + 32, "{policy:?}: right {right:?}, wrong {wrong:?}");
     s.stop_engine();
 }
+
+/// A second turn (the first turn's prompt and answer, then more) with `--draft mtp`:
+/// the prefix cache restores the first turn with its hidden rows (the MTP drafter's
+/// input), the answer is the plain server's, and drafts are still accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn mtp_drafting_reuses_cached_turns() {
+    let turns = |s: Arc<pn_server::Server>| async move {
+        let first = "def parse_args(argv):";
+        let a = post(&s, "/v1/completions", &json!({"prompt": first, "max_tokens": 40, "temperature": 0, "ignore_eos": true})).await.json();
+        let second = format!("{first}{}\n\ndef main():", a["choices"][0]["text"].as_str().unwrap());
+        let b = post(&s, "/v1/completions", &json!({"prompt": second, "max_tokens": 40, "temperature": 0, "ignore_eos": true})).await.json();
+        let cached = b["usage"]["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap();
+        let m = send(&s, "GET", "/metrics", None, &[]).await.text();
+        s.stop_engine();
+        (a["choices"][0]["text"].as_str().unwrap().to_string(), b["choices"][0]["text"].as_str().unwrap().to_string(), cached, m)
+    };
+    let (a0, b0, cached0, _) = turns(server(config(), spec(DEFAULT, 2, 512))).await;
+    let g = Arc::new(Gguf::open(&repo(DEFAULT)).unwrap());
+    let block = pn_models::qwen35moe::mtp::load(&g).unwrap();
+    let m = Arc::new(MtpModel::new(block, g, Arc::new(pn_cpu::CpuBackend::new(2))));
+    let mut sp = spec(DEFAULT, 2, 512);
+    sp.draft = Some(DraftSpec { factory: DraftFactory::Mtp(m), n: 2, policy: DraftPolicy::Always });
+    let (a1, b1, cached1, metrics) = turns(server(config(), sp)).await;
+    assert_eq!((a1.as_str(), b1.as_str()), (a0.as_str(), b0.as_str()), "answers with MTP drafts and a cached first turn");
+    // the first turn (prompt and answer) comes from the cache, as without drafts
+    assert!(cached1 > 40 && cached1 == cached0, "cached tokens: {cached1} with MTP, {cached0} without");
+    let accepted = metric(&metrics, "pn_draft_accepted_tokens_total");
+    assert!(accepted > 10, "{metrics}");
+}

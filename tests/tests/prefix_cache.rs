@@ -140,3 +140,36 @@ fn lru_eviction_under_budget() {
     tiny.prefill(&r, &mut st, &prompts[0]).unwrap();
     assert!(tiny.is_empty());
 }
+
+/// Entries with every token's hidden row (what an MTP drafter needs of a restored
+/// prefix): a hidden lookup sees only those; an entry held without rows gets them when
+/// inserted again with them; their bytes count against the budget.
+#[test]
+fn hidden_rows_ride_with_their_snapshots() {
+    let r = runner("tiny-f16.gguf", 2);
+    let v = r.model().n_vocab();
+    let (short, long) = (tokens(3, 12, v), tokens(3, 24, v));
+    assert_eq!(short[..], long[..12]);
+    let mut query = long.clone();
+    query.push(1);
+    let mut c = cache(0, 64);
+    let mut st = r.new_state(256);
+    r.forward(&mut st, &short, false).unwrap();
+    let rows: Vec<f32> = (0..12 * 8).map(|i| i as f32).collect();
+    assert!(c.insert_state_with(&short, &st, Some(&rows)));
+    r.forward(&mut st, &long[12..], false).unwrap();
+    assert!(c.insert_state(&long, &st));
+    let bytes = c.bytes();
+    // the plain lookup takes the longest; the hidden one the longest with rows
+    assert_eq!(c.lookup(&query).map(|(n, _)| n), Some(24));
+    let (n, _, h) = c.lookup_hidden(&query, |_| true).unwrap();
+    assert_eq!((n, &h[..]), (12, &rows[..]));
+    // inserted again without rows: nothing changes; with rows: the entry gets them
+    assert!(!c.insert_state(&long, &st));
+    let long_rows: Vec<f32> = (0..24 * 8).map(|i| -(i as f32)).collect();
+    assert!(c.insert_state_with(&long, &st, Some(&long_rows)));
+    assert_eq!((c.len(), c.bytes()), (2, bytes + 24 * 8 * 4));
+    let (n, _, h) = c.lookup_hidden(&query, |_| true).unwrap();
+    assert_eq!((n, &h[..]), (24, &long_rows[..]));
+    assert!(!c.insert_state_with(&long, &st, Some(&long_rows)), "already held with rows");
+}

@@ -167,6 +167,9 @@ struct Seq {
     drafter: Option<pn_engine::spec::Drafter>,
     /// Draft tokens verified and accepted for this sequence.
     drafts: (usize, usize),
+    /// `--draft mtp` with the prefix cache on: (row width, the hidden row of every fed
+    /// token), cached with the answer's state so a later turn restores them too.
+    hidden: Option<(usize, Vec<f32>)>,
 }
 
 struct Live {
@@ -471,7 +474,7 @@ impl Engine {
             let m = &self.shared.metrics;
             m.prompt_tokens.fetch_add(job.tokens.len() as u64, Ordering::Relaxed);
             m.cached_tokens.fetch_add(task.reused as u64, Ordering::Relaxed);
-            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now(), drafter, drafts: (0, 0) };
+            let seq = Seq { fed: job.tokens.clone(), prompt_len: job.tokens.len(), cached: task.reused, gen, job, last_token: Instant::now(), drafter, drafts: (0, 0), hidden: None };
             self.prefilling.push_back((seq, task));
         }
     }
@@ -532,7 +535,8 @@ impl Engine {
     fn finish(&mut self, l: Live, finish: Finish) {
         if let Ok(st) = self.slots.unbind(l.h) {
             if st.pos == l.seq.fed.len() {
-                self.cache.insert_state(&l.seq.fed, &st);
+                let rows = l.seq.hidden.as_ref().filter(|(e, h)| h.len() == e * l.seq.fed.len()).map(|(_, h)| &h[..]);
+                self.cache.insert_state_with(&l.seq.fed, &st, rows);
                 if let Some(text) = &l.seq.job.text {
                     let answer = self.tok.decode_with(&l.seq.fed[l.seq.prompt_len..], DecodeOptions { special: true });
                     self.shared.index.insert(format!("{text}{answer}"), l.seq.fed.clone());

@@ -29,7 +29,7 @@ pub struct PrefillTask {
     pub logits: Option<Vec<f32>>,
     chunk: usize,
     /// `--draft mtp`: every prompt token's hidden row (the MTP drafter's input), kept
-    /// as the passes run; such a prefill restores no cached prefix.
+    /// as the passes run; such a prefill restores only a cached prefix that holds them.
     pub hidden: Option<Vec<f32>>,
 }
 
@@ -54,17 +54,26 @@ impl PrefillTask {
     /// Start prefilling `tokens` into `st` (its content is discarded): restore the longest
     /// usable cached prefix. `chunk` ≥ 1 divides the cache's interval (checked by the
     /// caller).
-    /// With `hidden` the passes keep every token's hidden row and nothing is restored.
+    /// With `hidden` the passes keep every token's hidden row, and only a cached prefix
+    /// that holds its rows is restored (they come with it).
     pub fn start(cache: &mut PrefixCache, runner: &Runner, mut st: SeqState, tokens: Vec<u32>, chunk: usize, hidden: bool) -> PrefillTask {
         let (iv, ub, end) = (cache.config().interval, runner.ubatch.max(1), tokens.len());
-        let on = cache.config().budget_bytes > 0 && !hidden;
+        let on = cache.config().budget_bytes > 0;
         let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
-        let mut done = 0;
+        let (mut done, mut rows) = (0, hidden.then(Vec::new));
         if on {
             let g = granule(chunk.max(1));
-            if let Some((n, snap)) = cache.lookup_where(&tokens, |n| n > 0 && (!on_iv(n) || cut(n, end, g, ub))) {
+            let ok = |n: usize| n > 0 && (!on_iv(n) || cut(n, end, g, ub));
+            let hit = match hidden {
+                false => cache.lookup_where(&tokens, ok).map(|(n, s)| (n, s, None)),
+                true => cache.lookup_hidden(&tokens, ok).map(|(n, s, h)| (n, s, Some(h))),
+            };
+            if let Some((n, snap, h)) = hit {
                 if st.restore(&snap).is_ok() {
                     done = n;
+                    if let (Some(r), Some(h)) = (&mut rows, h) {
+                        r.extend_from_slice(&h);
+                    }
                 }
             }
         }
@@ -75,7 +84,7 @@ impl PrefillTask {
             cache.stats.hits += 1;
             cache.stats.reused_tokens += done as u64;
         }
-        PrefillTask { tokens, done, reused: done, st, logits: None, chunk: chunk.max(1), hidden: hidden.then(Vec::new) }
+        PrefillTask { tokens, done, reused: done, st, logits: None, chunk: chunk.max(1), hidden: rows }
     }
 
     pub fn is_done(&self) -> bool {
@@ -127,7 +136,7 @@ impl PrefillTask {
             self.logits = Some(last.to_vec());
         }
         if on && ((iv > 0 && end.is_multiple_of(iv)) || (at_end && cache.config().snapshot_end)) {
-            cache.insert_state(&self.tokens[..end], &self.st);
+            cache.insert_state_with(&self.tokens[..end], &self.st, self.hidden.as_deref());
         }
     }
 

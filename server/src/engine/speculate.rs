@@ -70,6 +70,7 @@ impl Engine {
                 // (a failed rollback only leaves the answer out of the prefix cache)
                 if rows.keep(&mut self.slots, i, 1, l.seq.drafter.as_mut().expect("drafter")).is_ok() {
                     l.seq.fed.push(l.next);
+                    keep_hidden(&mut l.seq.hidden, rows.hidden(i, 1));
                 }
                 self.finish(l, f);
                 continue;
@@ -111,6 +112,7 @@ impl Engine {
             }
             l.seq.fed.push(l.next);
             l.seq.fed.extend_from_slice(&drafts[..n_keep - 1]);
+            keep_hidden(&mut l.seq.hidden, rows.hidden(i, n_keep));
             if ends_in_draft {
                 self.finish(l, last.finish.expect("a draft step ends only when it finishes"));
                 continue;
@@ -122,6 +124,14 @@ impl Engine {
         if let Some(a) = self.adapt.as_mut().filter(|_| !predicted) {
             a.record(k_streams, drafting, emitted, t0.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
         }
+    }
+}
+
+/// The hidden rows of tokens a sequence kept, after its earlier ones (when it keeps
+/// them for the prefix cache).
+fn keep_hidden(all: &mut Option<(usize, Vec<f32>)>, rows: &[f32]) {
+    if let Some((_, h)) = all {
+        h.extend_from_slice(rows);
     }
 }
 

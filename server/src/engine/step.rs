@@ -216,6 +216,10 @@ impl Engine {
     fn prefilled(&mut self, mut seq: Seq, task: PrefillTask) {
         let logits = task.logits.expect("done");
         super::speculate::observe_prompt(seq.drafter.as_mut(), task.hidden.as_deref());
+        if self.cache.config().budget_bytes > 0 {
+            // the answer's rows join them as the rounds keep tokens (speculate.rs)
+            seq.hidden = task.hidden.map(|h| (h.len() / task.tokens.len().max(1), h));
+        }
         if let Some(text) = &seq.job.text {
             self.shared.index.insert(text.clone(), task.tokens);
         }
