@@ -244,6 +244,38 @@ impl PrefixCache {
         Ok(Prefill { logits, reused })
     }
 
+    /// [`PrefixCache::prefill`] for a sequence whose drafter reads every token's hidden
+    /// row (crate::spec::mtp): restores only a cached prefix that holds its rows,
+    /// evaluates the rest keeping theirs, and snapshots the end with all of them (with
+    /// `snapshot_end`). Returns the prefill and every token's hidden row.
+    pub fn prefill_hidden(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<(Prefill, Vec<f32>), RunError> {
+        if tokens.is_empty() {
+            return Err(RunError::Empty);
+        }
+        let cut = self.cuts(runner, tokens.len());
+        let iv = self.cfg.interval;
+        let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
+        let hit = (self.cfg.budget_bytes > 0).then(|| self.lookup_hidden(tokens, |n| !on_iv(n) || cut(n))).flatten();
+        let (p, mut rows) = match hit {
+            Some((n, snap, h)) if st.restore(&snap).is_ok() => (n, h.to_vec()),
+            _ => (0, Vec::new()),
+        };
+        if p == 0 {
+            st.reset();
+            self.stats.misses += 1;
+        } else {
+            self.stats.hits += 1;
+            self.stats.reused_tokens += p as u64;
+        }
+        let mut new = Vec::new();
+        let l = runner.forward_hidden(st, &tokens[p..], false, &mut new)?;
+        rows.extend_from_slice(&new);
+        if self.cfg.snapshot_end {
+            self.insert_state_with(tokens, st, Some(&rows));
+        }
+        Ok((Prefill { logits: l.last().to_vec(), reused: p }, rows))
+    }
+
     /// The first part of [`PrefixCache::prefill`], for a caller that evaluates the rest
     /// itself (`pn batch` feeds it in chunks of mixed passes, crate::slots): restores
     /// the longest usable cached prefix of `tokens` into `st` (else resets it) and

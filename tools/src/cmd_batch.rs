@@ -131,12 +131,15 @@ impl Batch<'_> {
     fn prefill(&mut self, i: usize) -> Result<Option<Ready>> {
         let mut st = self.state()?;
         if let Some(f @ pn_engine::spec::DraftFactory::Mtp(_)) = &self.drafting {
-            // the MTP drafter needs every prompt token's hidden row: no cached prefix
+            // the MTP drafter needs every prompt token's hidden row: a cached prefix
+            // only with its rows
             let mut d = f.drafter(self.state_cfg.max_seq);
-            st.reset();
-            let l = d.prefill(self.runner, &mut st, &self.ids[i])?;
-            self.prefill_tokens += self.ids[i].len();
-            return self.admit(i, st, l.last(), 0, Some(d));
+            let (p, rows) = self.cache.prefill_hidden(self.runner, &mut st, &self.ids[i])?;
+            if let Drafter::Mtp(m) = &mut d {
+                m.observe_hidden(&rows);
+            }
+            self.prefill_tokens += self.ids[i].len() - p.reused;
+            return self.admit(i, st, &p.logits, p.reused, Some(d));
         }
         let p = self.cache.prefill(self.runner, &mut st, &self.ids[i])?;
         self.prefill_tokens += self.ids[i].len() - p.reused;

@@ -75,6 +75,33 @@ fn batch_with_drafts_matches_plain_batch() {
     }
 }
 
+/// `pn batch --draft mtp` with prompts that extend earlier ones: a prompt restores the
+/// earlier one's cached state with its hidden rows (the MTP drafter's input), and every
+/// completion is the plain batch's.
+#[test]
+fn batch_with_mtp_drafts_reuses_cached_prompts() {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-cache");
+    std::fs::create_dir_all(&d).unwrap();
+    let f = d.join("prompts.txt");
+    std::fs::write(&f, "def parse_args(argv):\ndef parse_args(argv): pass\nclass Parser:\nclass Parser: pass\n").unwrap();
+    let f = f.display().to_string();
+    let rows = |out: &str| -> Vec<serde_json::Value> { out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect() };
+    let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, got, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2", "--draft", "mtp", "--draft-policy", "always"]);
+    assert_eq!(code, 0, "{err}");
+    let (want, got) = (rows(&want), rows(&got));
+    assert_eq!(want.len(), 4);
+    for (w, g) in want.iter().zip(&got) {
+        assert_eq!((&g["completion"], &g["index"]), (&w["completion"], &w["index"]));
+    }
+    // the prompts that extend an earlier one restore it
+    for i in [1, 3] {
+        assert!(got[i]["cached_tokens"].as_u64().unwrap() >= 3, "{}", got[i]);
+    }
+    assert!(err.contains("[draft mtp ×1: drafted "), "{err}");
+}
+
 #[test]
 fn bad_draft_flags_are_clear_errors() {
     let (code, _, err) = pn(&["run", "-p", "x", "--draft", "eagle"]);
