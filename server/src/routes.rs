@@ -245,7 +245,14 @@ async fn launch(s: &Server, p: Prepared, ep: Endpoint, tokens: Vec<u32>, text: O
     }
     let reply = Reply { id: id.clone(), ep, model: p.info.id.clone(), created: now_secs(), include_usage: p.req.include_usage(), echo, logprobs: p.params.logprobs.is_some() };
     let stream = p.req.stream();
-    let prediction = p.params.prediction.as_ref().map(|t| p.info.tokenizer.encode(t, false).into());
+    let prediction = match p.params.prediction.clone() {
+        // a predicted output can be a whole file: tokenized off the async threads too
+        Some(text) => {
+            let tok = p.info.tokenizer.clone();
+            Some(blocking(move || Ok(tok.encode(&text, false))).await?.into())
+        }
+        None => None,
+    };
     s.submit(Job { id, tokens, text, params: p.params, reasoning, events: tx, arrived: Instant::now(), deadline: p.deadline, prediction })?;
     if stream {
         Ok(respond::stream(reply, rx))
