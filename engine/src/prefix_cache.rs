@@ -254,19 +254,8 @@ impl PrefixCache {
         }
         let cut = self.cuts(runner, tokens.len());
         let iv = self.cfg.interval;
-        let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
-        let hit = (self.cfg.budget_bytes > 0).then(|| self.lookup_hidden(tokens, |n| !on_iv(n) || cut(n))).flatten();
-        let (p, mut rows) = match hit {
-            Some((n, snap, h)) if st.restore(&snap).is_ok() => (n, h.to_vec()),
-            _ => (0, Vec::new()),
-        };
-        if p == 0 {
-            st.reset();
-            self.stats.misses += 1;
-        } else {
-            self.stats.hits += 1;
-            self.stats.reused_tokens += p as u64;
-        }
+        let (p, rows) = self.restore_prefix(st, tokens, |n| !(iv > 0 && n.is_multiple_of(iv)) || cut(n), true);
+        let mut rows = rows.map_or_else(Vec::new, |h| h.to_vec());
         let mut new = Vec::new();
         let l = runner.forward_hidden(st, &tokens[p..], false, &mut new)?;
         rows.extend_from_slice(&new);
@@ -288,13 +277,20 @@ impl PrefixCache {
         }
         let cut = self.cuts(runner, tokens.len());
         let iv = self.cfg.interval;
-        let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
-        let hit = (self.cfg.budget_bytes > 0).then(|| self.lookup_where(tokens, |n| !on_iv(n) || cut(n))).flatten();
+        Ok(self.restore_prefix(st, tokens, |n| !(iv > 0 && n.is_multiple_of(iv)) || cut(n), false).0)
+    }
+
+    /// The longest cached proper prefix of `tokens` whose length passes `ok` (where the
+    /// caller's prefill may end a pass) restored into `st`, else `st` reset; counted as
+    /// a hit or a miss. With `hidden`, only an entry that holds every token's hidden
+    /// row, and those rows. Returns the prefix length (0: a miss).
+    pub fn restore_prefix(&mut self, st: &mut SeqState, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> (usize, Option<Arc<[f32]>>) {
+        let hit = if self.cfg.budget_bytes > 0 { self.find(tokens, ok, hidden) } else { None };
         // restore drops a resident backend's copies (the next pass uploads); reset
         // resets them in place where the backend can
-        let p = match hit {
-            Some((n, snap)) if st.restore(&snap).is_ok() => n,
-            _ => 0,
+        let (p, rows) = match hit {
+            Some((n, snap, h)) if st.restore(&snap).is_ok() => (n, h),
+            _ => (0, None),
         };
         if p == 0 {
             st.reset();
@@ -303,7 +299,7 @@ impl PrefixCache {
             self.stats.hits += 1;
             self.stats.reused_tokens += p as u64;
         }
-        Ok(p)
+        (p, rows)
     }
 
     /// Whether the prefill of a prompt of `end` tokens cuts a pass at position `b`

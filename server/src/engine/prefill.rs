@@ -58,32 +58,10 @@ impl PrefillTask {
     /// that holds its rows is restored (they come with it).
     pub fn start(cache: &mut PrefixCache, runner: &Runner, mut st: SeqState, tokens: Vec<u32>, chunk: usize, hidden: bool) -> PrefillTask {
         let (iv, ub, end) = (cache.config().interval, runner.ubatch.max(1), tokens.len());
-        let on = cache.config().budget_bytes > 0;
-        let on_iv = |b: usize| iv > 0 && b.is_multiple_of(iv);
-        let (mut done, mut rows) = (0, hidden.then(Vec::new));
-        if on {
-            let g = granule(chunk.max(1));
-            let ok = |n: usize| n > 0 && (!on_iv(n) || cut(n, end, g, ub));
-            let hit = match hidden {
-                false => cache.lookup_where(&tokens, ok).map(|(n, s)| (n, s, None)),
-                true => cache.lookup_hidden(&tokens, ok).map(|(n, s, h)| (n, s, Some(h))),
-            };
-            if let Some((n, snap, h)) = hit {
-                if st.restore(&snap).is_ok() {
-                    done = n;
-                    if let (Some(r), Some(h)) = (&mut rows, h) {
-                        r.extend_from_slice(&h);
-                    }
-                }
-            }
-        }
-        if done == 0 {
-            st.reset();
-            cache.stats.misses += 1;
-        } else {
-            cache.stats.hits += 1;
-            cache.stats.reused_tokens += done as u64;
-        }
+        let g = granule(chunk.max(1));
+        let ok = |n: usize| n > 0 && (!(iv > 0 && n.is_multiple_of(iv)) || cut(n, end, g, ub));
+        let (done, restored) = cache.restore_prefix(&mut st, &tokens, ok, hidden);
+        let rows = hidden.then(|| restored.map_or_else(Vec::new, |h| h.to_vec()));
         PrefillTask { tokens, done, reused: done, st, logits: None, chunk: chunk.max(1), hidden: rows }
     }
 
