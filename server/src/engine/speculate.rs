@@ -34,7 +34,9 @@ impl Engine {
         // a request with a predicted output drafts in every round: its client asked for
         // it, and its drafts are mostly accepted (such rounds do not count as plain ones
         // in the adaptive policy's measurements)
-        let predicted = !drafting && stepping.iter().any(|l| l.seq.job.prediction.is_some() && l.finishing.is_none());
+        let lookup = self.draft.as_ref().is_some_and(|d| d.factory.kind() == pn_engine::spec::DraftKind::Lookup);
+        let has_prediction = |l: &Live| lookup && l.seq.job.prediction.is_some();
+        let predicted = !drafting && stepping.iter().any(|l| has_prediction(l) && l.finishing.is_none());
         let t0 = std::time::Instant::now();
         let caught = |st: &[Live]| pn_engine::spec::adapt::caught_up(st.iter().filter_map(|l| l.seq.drafter.as_ref()));
         let before = caught(&stepping);
@@ -45,10 +47,10 @@ impl Engine {
                     // a finishing sequence only feeds its last token; drafts past the
                     // generation's limit would never be taken
                     let left = l.seq.gen.limit().saturating_sub(l.seq.gen.generated.len() + 1);
-                    let n = match (&l.finishing, &l.seq.job.prediction) {
+                    let n = match (&l.finishing, has_prediction(l)) {
                         (Some(_), _) => 0,
-                        (None, Some(_)) => n_cfg.min(left),
-                        (None, None) => n_max.min(left),
+                        (None, true) => n_cfg.min(left),
+                        (None, false) => n_max.min(left),
                     };
                     SlotDraft { handle: l.h, history: &l.seq.fed, pending: l.next, n, drafter: l.seq.drafter.as_mut().expect("a drafter per sequence with --draft") }
                 })
