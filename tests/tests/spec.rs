@@ -441,19 +441,24 @@ fn mtp_drafts_batched_across_slots_are_each_sequences_own() {
         let v = r.model().n_vocab() as u32;
         // four prompts of different lengths: the slots fall out at different rounds
         let prompts: Vec<Vec<u32>> = (0..4u32).map(|i| (0..20 + 3 * i).map(|j| (j * 37 + i * 101 + 11) % (v - 8)).collect()).collect();
-        for k in [1, 3] {
+        for (k, budget) in [(1, usize::MAX), (3, usize::MAX), (2, 1)] {
             let block = pn_models::qwen35moe::mtp::load(&g).unwrap();
-            let model = Arc::new(MtpModel::new(block, g.clone(), r.dies()[0].backend.clone()));
+            let model = Arc::new(MtpModel::new(block, g.clone(), r.dies()[0].backend.clone()).with_graph_budget(budget));
             let want = mtp_alone(&r, &model, &prompts, k, 24 + 4 * k);
             let graphs = model.graphs();
             let got = mtp_under_slots(&r, &model, &prompts, k, &want.iter().map(Vec::len).collect::<Vec<_>>());
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 assert_eq!(g, w, "{m}: ×{k}, slot {i}: drafts per round");
             }
+            if budget == 1 {
+                // a budget below any graph: only the newest is kept, the rest recompiled
+                assert_eq!(model.graphs(), 1, "{m}: ×{k}");
+                continue;
+            }
             // the slots' block passes ran together (geometries of several sequences)
             assert!(model.graphs() > graphs, "{m}: ×{k}: no multi-sequence block pass was compiled");
             let drafts: usize = want.iter().flatten().map(Vec::len).sum();
-            eprintln!("{m} ×{k}: {} rounds, {drafts} drafts, {} block graphs", want.iter().map(Vec::len).sum::<usize>(), model.graphs());
+            eprintln!("{m} ×{k}: {} rounds, {drafts} drafts, {} block graphs ({} bytes)", want.iter().map(Vec::len).sum::<usize>(), model.graphs(), model.graph_bytes());
         }
     }
 }

@@ -13,8 +13,7 @@ use crate::gguf::Gguf;
 use crate::graph::Graph;
 use crate::runner::RunError;
 use pn_ops::{DType, LayerState, Op, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, WeightView};
-use crate::runner::bounded::Bounded;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use std::sync::{Arc, Mutex};
 
@@ -30,6 +29,8 @@ pub struct Compiled {
     graph: Graph,
     backend: Arc<dyn Backend>,
     arena: u64,
+    /// Bytes of the arena's slots (one per value).
+    bytes: usize,
     exe: Box<dyn Executable>,
     /// Per `OpInput::Weight(i)`: the GGUF tensor index.
     weights: Vec<usize>,
@@ -109,6 +110,7 @@ impl Compiled {
         }
         let outputs = graph.outputs.iter().map(|&o| (slot(o.index()), graph.node(o).out)).collect();
         backend.reserve(&specs).map_err(|e| op_err("(MTP slots)", e))?;
+        let bytes = specs.iter().map(|s| s.bytes).sum();
         let kinds = ops.iter().map(|o: &OpCode| o.op.kind()).collect();
         let seg = SegmentCode { arena, segment: 0, n_tokens: 0, seqs: 0, all_logits: false, stable: false, ops };
         let exe = match backend.clone().compile(seg) {
@@ -119,7 +121,7 @@ impl Compiled {
             }
         };
         let times = (crate::planner::debug::level_from_env() >= 2).then(|| Mutex::new(BTreeMap::new()));
-        Ok(Compiled { graph, backend, arena, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds, inline: false })
+        Ok(Compiled { graph, backend, arena, bytes, exe, weights, fills, outputs, busy: Mutex::new(()), times, kinds, inline: false })
     }
 
     /// Runs on the caller's thread: a host backend runs an observed pass's ops there
@@ -133,6 +135,11 @@ impl Compiled {
 
     pub fn graph(&self) -> &Graph {
         &self.graph
+    }
+
+    /// Bytes its value slots hold on the backend.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Runs the graph for one sequence: `tokens` / `pos` fill the Tokens / Positions
@@ -229,30 +236,63 @@ impl Drop for Compiled {
 /// A cache key: which graph, its token count, its sequence count.
 pub type Key = (u8, usize, usize);
 
-/// Compiled graphs by [`Key`], at most `cap` (least recently used out first): several
-/// slots' block passes meet a geometry per (pairs, sequences).
-pub struct Cache(Mutex<Bounded<Key, Arc<Compiled>>>);
+/// Compiled graphs by [`Key`], their slots' bytes within a budget (least recently used
+/// out first; the newest is always kept): several slots' block passes meet a geometry
+/// per (pairs, sequences), and a block graph over a real vocabulary holds megabytes of
+/// logits per sequence.
+pub struct Cache(Mutex<Held>);
+
+#[derive(Default)]
+struct Held {
+    graphs: HashMap<Key, (Arc<Compiled>, u64)>,
+    bytes: usize,
+    tick: u64,
+    budget: usize,
+}
 
 impl Cache {
-    pub fn new(cap: usize) -> Cache {
-        Cache(Mutex::new(Bounded::new(cap)))
+    pub fn new(budget_bytes: usize) -> Cache {
+        Cache(Mutex::new(Held { budget: budget_bytes, ..Held::default() }))
     }
 
     pub fn get(&self, key: Key, make: impl FnOnce() -> Result<Compiled, RunError>) -> Result<Arc<Compiled>, RunError> {
-        if let Some(c) = self.0.lock().expect("graph cache").get(&key) {
-            return Ok(c.clone());
+        {
+            let mut h = self.0.lock().expect("graph cache");
+            h.tick += 1;
+            let t = h.tick;
+            if let Some((c, at)) = h.graphs.get_mut(&key) {
+                *at = t;
+                return Ok(c.clone());
+            }
         }
         let c = Arc::new(make()?);
-        self.0.lock().expect("graph cache").insert(key, c.clone());
+        let mut h = self.0.lock().expect("graph cache");
+        h.tick += 1;
+        let t = h.tick;
+        h.bytes += c.bytes();
+        if let Some((old, _)) = h.graphs.insert(key, (c.clone(), t)) {
+            h.bytes -= old.bytes();
+        }
+        while h.bytes > h.budget && h.graphs.len() > 1 {
+            let Some(k) = h.graphs.iter().filter(|(k, _)| **k != key).min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k) else { break };
+            if let Some((old, _)) = h.graphs.remove(&k) {
+                h.bytes -= old.bytes();
+            }
+        }
         Ok(c)
     }
 
     /// Graphs held now.
     pub fn len(&self) -> usize {
-        self.0.lock().expect("graph cache").len()
+        self.0.lock().expect("graph cache").graphs.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Bytes of the graphs held.
+    pub fn bytes(&self) -> usize {
+        self.0.lock().expect("graph cache").bytes
     }
 }

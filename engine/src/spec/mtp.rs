@@ -51,9 +51,10 @@ const MAX_PAIRS: usize = 64;
 /// accepted tokens. More (a prompt, or a run of rounds without drafts) catch up alone.
 const BATCH_PAIRS: usize = super::MAX_DRAFT + 1;
 
-/// Compiled block geometries kept per model: a single sequence meets ~10, several
-/// slots one per (pairs, sequences) of their passes.
-const MAX_GRAPHS: usize = 128;
+/// Bytes of compiled block geometries kept per model (their value slots): a single
+/// sequence meets ~14 graphs, several slots one per (pairs, sequences) of their passes;
+/// one over a 248k vocabulary holds ~1 MB of logits per sequence.
+const GRAPH_BUDGET: usize = 256 << 20;
 
 /// One sequence's part of a block pass: its KV cache, its pairs' h rows and next
 /// tokens, and the position of its first pair.
@@ -75,16 +76,26 @@ pub struct MtpModel {
 
 impl MtpModel {
     pub fn new(block: Arc<dyn MtpBlock>, gguf: Arc<Gguf>, backend: Arc<dyn Backend>) -> MtpModel {
-        MtpModel { block, gguf, backend, graphs: Cache::new(MAX_GRAPHS) }
+        MtpModel { block, gguf, backend, graphs: Cache::new(GRAPH_BUDGET) }
+    }
+
+    /// The same with the compiled graphs kept within `bytes` (at least the newest).
+    pub fn with_graph_budget(mut self, bytes: usize) -> MtpModel {
+        self.graphs = Cache::new(bytes);
+        self
     }
 
     pub fn n_embd(&self) -> usize {
         self.block.n_embd()
     }
 
-    /// Compiled block geometries held now.
+    /// Compiled block geometries held now, and their bytes.
     pub fn graphs(&self) -> usize {
         self.graphs.len()
+    }
+
+    pub fn graph_bytes(&self) -> usize {
+        self.graphs.bytes()
     }
 
     fn compiled(&self, which: u8, t: usize, seqs: usize) -> Result<Arc<Compiled>, SpecError> {
