@@ -128,8 +128,6 @@ pub struct Verified {
 }
 
 impl Verified {
-    /// Keep the first `n_keep` tokens of entry `i`'s pass (its pending token and the
-    /// accepted drafts); its MTP drafter gets their hidden rows.
     /// The hidden rows of the first `n_keep` tokens of entry `i`'s pass (empty when no
     /// drafter asked for them).
     pub fn hidden(&self, i: usize, n_keep: usize) -> &[f32] {
@@ -138,6 +136,8 @@ impl Verified {
         &rows[..n_keep.min(self.passes[i].1.t) * e]
     }
 
+    /// Keep the first `n_keep` tokens of entry `i`'s pass (its pending token and the
+    /// accepted drafts); its MTP drafter gets their hidden rows.
     pub fn keep(&mut self, slots: &mut Slots, i: usize, n_keep: usize, drafter: &mut Drafter) -> Result<(), SpecError> {
         let (h, pass) = &self.passes[i];
         pass.rollback(slots.state_mut(*h)?, n_keep)?;
