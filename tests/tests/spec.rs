@@ -419,7 +419,7 @@ fn mtp_under_slots(r: &Runner, model: &Arc<MtpModel>, prompts: &[Vec<u32>], k: u
             .map(|(_, q)| SlotDraft { handle: q.h, history: &q.hist, pending: q.next, n: k, drafter: &mut q.d })
             .collect();
         let toks = draft_all(&slots, &mut items).unwrap();
-        let mut rows = verify_all(&mut slots, r, &items, &toks).unwrap();
+        let rows = verify_all(&mut slots, r, &items, &toks).unwrap();
         drop(items);
         for (j, &i) in live.iter().enumerate() {
             let q = &mut seqs[i];

@@ -91,7 +91,7 @@ pub fn round(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRou
 }
 
 fn round_here(slots: &mut Slots, r: &Runner, n_draft: usize, items: &mut [SlotRound<'_>]) -> Result<Vec<(Vec<u32>, u32)>, SpecError> {
-    let (toks, mut rows) = {
+    let (toks, rows) = {
         let mut ds: Vec<SlotDraft<'_>> = items.iter_mut().map(|it| SlotDraft { handle: it.handle, history: it.history, pending: it.pending, n: n_draft, drafter: &mut *it.drafter }).collect();
         let toks = draft_all(slots, &mut ds)?;
         if toks.iter().all(|t| t.len() == 1) && !ds.iter().any(|d| d.drafter.wants_hidden()) {
@@ -138,13 +138,11 @@ impl Verified {
 
     /// Keep the first `n_keep` tokens of entry `i`'s pass (its pending token and the
     /// accepted drafts); its MTP drafter gets their hidden rows.
-    pub fn keep(&mut self, slots: &mut Slots, i: usize, n_keep: usize, drafter: &mut Drafter) -> Result<(), SpecError> {
+    pub fn keep(&self, slots: &mut Slots, i: usize, n_keep: usize, drafter: &mut Drafter) -> Result<(), SpecError> {
         let (h, pass) = &self.passes[i];
         pass.rollback(slots.state_mut(*h)?, n_keep)?;
         if let Drafter::Mtp(m) = drafter {
-            let rows = &self.hidden[i];
-            let e = rows.len() / pass.t.max(1);
-            m.observe_hidden(&rows[..n_keep * e]);
+            m.observe_hidden(self.hidden(i, n_keep));
         }
         Ok(())
     }

@@ -57,7 +57,7 @@ impl Engine {
                 .collect();
             draft_all(&self.slots, &mut ds).and_then(|toks| verify_all(&mut self.slots, &self.runner, &ds, &toks).map(|v| (toks, v)))
         };
-        let (toks, mut rows) = match res {
+        let (toks, rows) = match res {
             Ok(r) => r,
             Err(e) => return self.fail(stepping, &format!("decode step: {e}")),
         };
