@@ -585,7 +585,8 @@ impl Engine {
 
 impl Seq {
     fn usage(&self) -> Usage {
-        let (drafted, accepted) = self.drafts;
+        // a lookup drafter drafts from the prediction; another drafter does not read it
+        let (drafted, accepted) = if matches!(self.drafter, Some(pn_engine::spec::Drafter::Lookup(_))) { self.drafts } else { (0, 0) };
         let predicted = self.job.prediction.as_ref().map(|_| (accepted, drafted - accepted));
         Usage { prompt: self.prompt_len, completion: self.gen.generated.len(), cached: self.cached, predicted }
     }
