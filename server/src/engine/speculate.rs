@@ -65,6 +65,7 @@ impl Engine {
         self.shared.metrics.record_step(stepping.len());
         self.shared.metrics.record_draft_round(drafting || predicted);
         let mut emitted = 0;
+        let budget = self.cache.config().budget_bytes;
         for (i, mut l) in stepping.into_iter().enumerate() {
             let drafts = &toks[i][1..];
             let logits = &rows.logits[i];
@@ -72,7 +73,7 @@ impl Engine {
                 // (a failed rollback only leaves the answer out of the prefix cache)
                 if rows.keep(&mut self.slots, i, 1, l.seq.drafter.as_mut().expect("drafter")).is_ok() {
                     l.seq.fed.push(l.next);
-                    keep_hidden(&mut l.seq.hidden, rows.hidden(i, 1));
+                    keep_hidden(&mut l.seq.hidden, rows.hidden(i, 1), budget);
                 }
                 self.finish(l, f);
                 continue;
@@ -114,7 +115,7 @@ impl Engine {
             }
             l.seq.fed.push(l.next);
             l.seq.fed.extend_from_slice(&drafts[..n_keep - 1]);
-            keep_hidden(&mut l.seq.hidden, rows.hidden(i, n_keep));
+            keep_hidden(&mut l.seq.hidden, rows.hidden(i, n_keep), budget);
             if ends_in_draft {
                 self.finish(l, last.finish.expect("a draft step ends only when it finishes"));
                 continue;
@@ -130,10 +131,14 @@ impl Engine {
 }
 
 /// The hidden rows of tokens a sequence kept, after its earlier ones (when it keeps
-/// them for the prefix cache).
-fn keep_hidden(all: &mut Option<(usize, Vec<f32>)>, rows: &[f32]) {
+/// them for the prefix cache); dropped once they pass the cache's `budget` bytes (no
+/// entry could hold them).
+fn keep_hidden(all: &mut Option<(usize, Vec<f32>)>, rows: &[f32], budget: usize) {
     if let Some((_, h)) = all {
         h.extend_from_slice(rows);
+        if 4 * h.len() > budget {
+            *all = None;
+        }
     }
 }
 

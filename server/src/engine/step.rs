@@ -216,9 +216,11 @@ impl Engine {
     fn prefilled(&mut self, mut seq: Seq, task: PrefillTask) {
         let logits = task.logits.expect("done");
         super::speculate::observe_prompt(seq.drafter.as_mut(), task.hidden.as_deref());
-        if self.cache.config().budget_bytes > 0 {
-            // the answer's rows join them as the rounds keep tokens (speculate.rs)
-            seq.hidden = task.hidden.map(|h| (h.len() / task.tokens.len().max(1), h));
+        let budget = self.cache.config().budget_bytes;
+        if budget > 0 {
+            // the answer's rows join them as the rounds keep tokens (speculate.rs), up to
+            // what a cache entry could hold
+            seq.hidden = task.hidden.filter(|h| 4 * h.len() <= budget).map(|h| (h.len() / task.tokens.len().max(1), h));
         }
         if let Some(text) = &seq.job.text {
             self.shared.index.insert(text.clone(), task.tokens);
