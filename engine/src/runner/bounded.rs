@@ -25,24 +25,29 @@ pub const DEFAULT_BUDGET_MB: usize = 256;
 /// all-logits prefill passes and the lanes' shares stay warm.
 pub const MIN_ENTRIES: usize = 32;
 
-/// A map that keeps at most `cap` entries, dropping the least recently used.
+/// A map whose entries weigh at most `cap` together (1 each, unless inserted with a
+/// weight: then e.g. bytes), dropping the least recently used; the newest entry is kept
+/// whatever it weighs.
 pub struct Bounded<K, V> {
-    map: HashMap<K, (V, u64)>,
+    /// Value, last use, weight.
+    map: HashMap<K, (V, u64, usize)>,
     tick: u64,
     cap: usize,
+    /// The entries' weights summed.
+    weight: usize,
     /// Entries dropped so far.
     pub evicted: u64,
 }
 
 impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
     pub fn new(cap: usize) -> Self {
-        Bounded { map: HashMap::new(), tick: 0, cap: cap.max(1), evicted: 0 }
+        Bounded { map: HashMap::new(), tick: 0, cap: cap.max(1), weight: 0, evicted: 0 }
     }
 
     pub fn get(&mut self, k: &K) -> Option<V> {
         self.tick += 1;
         let t = self.tick;
-        self.map.get_mut(k).map(|(v, at)| {
+        self.map.get_mut(k).map(|(v, at, _)| {
             *at = t;
             v.clone()
         })
@@ -51,8 +56,16 @@ impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
     /// Inserts (or refreshes) `k`, then drops the least recently used entries above the
     /// cap; returns the keys dropped.
     pub fn insert(&mut self, k: K, v: V) -> Vec<K> {
+        self.insert_weighted(k, v, 1)
+    }
+
+    /// [`Bounded::insert`] of an entry weighing `w`.
+    pub fn insert_weighted(&mut self, k: K, v: V, w: usize) -> Vec<K> {
         self.tick += 1;
-        self.map.insert(k, (v, self.tick));
+        if let Some((_, _, old)) = self.map.insert(k, (v, self.tick, w)) {
+            self.weight -= old;
+        }
+        self.weight += w;
         self.trim()
     }
 
@@ -67,10 +80,12 @@ impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
 
     fn trim(&mut self) -> Vec<K> {
         let mut out = Vec::new();
-        while self.map.len() > self.cap {
+        while self.weight > self.cap && self.map.len() > 1 {
             // a scan: inserts are compilations (milliseconds), the map a few thousand long
-            let Some(old) = self.map.iter().min_by_key(|(_, (_, at))| *at).map(|(k, _)| k.clone()) else { break };
-            self.map.remove(&old);
+            let Some(old) = self.map.iter().min_by_key(|(_, (_, at, _))| *at).map(|(k, _)| k.clone()) else { break };
+            if let Some((_, _, w)) = self.map.remove(&old) {
+                self.weight -= w;
+            }
             self.evicted += 1;
             out.push(old);
         }
@@ -79,6 +94,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
 
     pub fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// The entries' weights summed (their count, unless inserted with weights).
+    pub fn weight(&self) -> usize {
+        self.weight
     }
 
     pub fn is_empty(&self) -> bool {
@@ -90,7 +110,7 @@ impl<K: Hash + Eq + Clone, V: Clone> Bounded<K, V> {
     }
 
     pub fn values(&self) -> impl Iterator<Item = &V> {
-        self.map.values().map(|(v, _)| v)
+        self.map.values().map(|(v, _, _)| v)
     }
 }
 
@@ -118,6 +138,23 @@ mod tests {
         assert_eq!(b.set_cap(1), vec![1]);
         assert_eq!(b.len(), 1);
         assert_eq!(b.evicted, 2);
+    }
+
+    #[test]
+    fn weights_bound_the_sum_and_the_newest_stays() {
+        let mut b: Bounded<u32, u32> = Bounded::new(100);
+        assert!(b.insert_weighted(1, 10, 40).is_empty());
+        assert!(b.insert_weighted(2, 20, 40).is_empty());
+        assert_eq!(b.weight(), 80);
+        // 3 pushes the sum to 110: the oldest goes
+        assert_eq!(b.insert_weighted(3, 30, 30), vec![1]);
+        assert_eq!(b.weight(), 70);
+        // re-inserting 2 replaces its weight
+        assert!(b.insert_weighted(2, 21, 10).is_empty());
+        assert_eq!((b.weight(), b.get(&2)), (40, Some(21)));
+        // heavier than the cap alone: everything else goes, it stays
+        assert_eq!(b.insert_weighted(4, 40, 500).len(), 2);
+        assert_eq!((b.len(), b.weight(), b.get(&4)), (1, 500, Some(40)));
     }
 
     #[test]

@@ -13,7 +13,8 @@ use crate::gguf::Gguf;
 use crate::graph::Graph;
 use crate::runner::RunError;
 use pn_ops::{DType, LayerState, Op, OpError, SeqSpan, Shape, Tensor, TensorData, TensorMeta, WeightView};
-use std::collections::{BTreeMap, HashMap};
+use crate::runner::bounded::Bounded;
+use std::collections::BTreeMap;
 use std::time::Instant;
 use std::sync::{Arc, Mutex};
 
@@ -236,55 +237,29 @@ impl Drop for Compiled {
 /// A cache key: which graph, its token count, its sequence count.
 pub type Key = (u8, usize, usize);
 
-/// Compiled graphs by [`Key`], their slots' bytes within a budget (least recently used
-/// out first; the newest is always kept): several slots' block passes meet a geometry
-/// per (pairs, sequences), and a block graph over a real vocabulary holds megabytes of
-/// logits per sequence.
-pub struct Cache(Mutex<Held>);
-
-#[derive(Default)]
-struct Held {
-    graphs: HashMap<Key, (Arc<Compiled>, u64)>,
-    bytes: usize,
-    tick: u64,
-    budget: usize,
-}
+/// Compiled graphs by [`Key`], weighed by their slots' bytes within a budget (least
+/// recently used out first; the newest is always kept): several slots' block passes meet
+/// a geometry per (pairs, sequences), and a block graph over a real vocabulary holds
+/// megabytes of logits per sequence.
+pub struct Cache(Mutex<Bounded<Key, Arc<Compiled>>>);
 
 impl Cache {
     pub fn new(budget_bytes: usize) -> Cache {
-        Cache(Mutex::new(Held { budget: budget_bytes, ..Held::default() }))
+        Cache(Mutex::new(Bounded::new(budget_bytes)))
     }
 
     pub fn get(&self, key: Key, make: impl FnOnce() -> Result<Compiled, RunError>) -> Result<Arc<Compiled>, RunError> {
-        {
-            let mut h = self.0.lock().expect("graph cache");
-            h.tick += 1;
-            let t = h.tick;
-            if let Some((c, at)) = h.graphs.get_mut(&key) {
-                *at = t;
-                return Ok(c.clone());
-            }
+        if let Some(c) = self.0.lock().expect("graph cache").get(&key) {
+            return Ok(c);
         }
         let c = Arc::new(make()?);
-        let mut h = self.0.lock().expect("graph cache");
-        h.tick += 1;
-        let t = h.tick;
-        h.bytes += c.bytes();
-        if let Some((old, _)) = h.graphs.insert(key, (c.clone(), t)) {
-            h.bytes -= old.bytes();
-        }
-        while h.bytes > h.budget && h.graphs.len() > 1 {
-            let Some(k) = h.graphs.iter().filter(|(k, _)| **k != key).min_by_key(|(_, (_, at))| *at).map(|(k, _)| *k) else { break };
-            if let Some((old, _)) = h.graphs.remove(&k) {
-                h.bytes -= old.bytes();
-            }
-        }
+        self.0.lock().expect("graph cache").insert_weighted(key, c.clone(), c.bytes());
         Ok(c)
     }
 
     /// Graphs held now.
     pub fn len(&self) -> usize {
-        self.0.lock().expect("graph cache").graphs.len()
+        self.0.lock().expect("graph cache").len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -293,6 +268,6 @@ impl Cache {
 
     /// Bytes of the graphs held.
     pub fn bytes(&self) -> usize {
-        self.0.lock().expect("graph cache").bytes
+        self.0.lock().expect("graph cache").weight()
     }
 }

@@ -274,46 +274,50 @@ pub fn draft_many(jobs: &mut [DraftJob<'_>]) -> Result<Vec<Vec<u32>>, SpecError>
     }
     let m = model.expect("a drafter takes drafts");
     let e = m.n_embd();
+    // the batched jobs, in `batch`'s order
+    let mut bj: Vec<&mut DraftJob<'_>> = jobs.iter_mut().enumerate().filter(|(i, _)| batch.contains(i)).map(|(_, j)| j).collect();
     // the catch-up pass: every drafter's pending pairs, its first draft
     let t0 = std::time::Instant::now();
-    let hs: Vec<Vec<f32>> = batch.iter().map(|&i| std::mem::take(&mut jobs[i].drafter.pending_h)).collect();
+    let hs: Vec<Vec<f32>> = bj.iter_mut().map(|j| std::mem::take(&mut j.drafter.pending_h)).collect();
     let mut cur = {
-        let mut runs: Vec<PairRun<'_>> = Vec::with_capacity(batch.len());
-        for (j, h) in jobs.iter_mut().enumerate().filter(|(i, _)| batch.contains(i)).map(|(_, j)| j).zip(&hs) {
-            let (d, np) = (&mut *j.drafter, h.len() / e);
-            runs.push(PairRun { state: &mut d.state, h, next: &j.tokens[d.real + 1..d.real + 1 + np], pos0: d.real });
-        }
+        let mut runs: Vec<PairRun<'_>> = bj
+            .iter_mut()
+            .zip(&hs)
+            .map(|(j, h)| {
+                let (d, np) = (&mut *j.drafter, h.len() / e);
+                PairRun { next: &j.tokens[d.real + 1..d.real + 1 + np], pos0: d.real, state: &mut d.state, h }
+            })
+            .collect();
         m.pass_many(&mut runs)?
     };
     let (secs, pairs) = (t0.elapsed().as_secs_f64(), hs.iter().map(Vec::len).sum::<usize>() / e);
-    for (b, (&i, h)) in batch.iter().zip(&hs).enumerate() {
-        let (d, np) = (&mut *jobs[i].drafter, h.len() / e);
+    for (b, (j, h)) in bj.iter_mut().zip(&hs).enumerate() {
+        let (d, np) = (&mut *j.drafter, h.len() / e);
         d.caught_up.0 += secs * np as f64 / pairs as f64;
         d.caught_up.1 += np as u64;
         d.real += np;
-        out[i].push(cur[b].1);
+        out[batch[b]].push(cur[b].1);
     }
     // further draft positions: each drafter's last normed output as h, its last draft
     loop {
-        let live: Vec<usize> = (0..batch.len()).filter(|&b| out[batch[b]].len() < jobs[batch[b]].n).collect();
-        if live.is_empty() {
+        let live: Vec<bool> = bj.iter().zip(&batch).map(|(j, &i)| out[i].len() < j.n).collect();
+        if !live.contains(&true) {
             return Ok(out);
         }
-        let toks: Vec<[u32; 1]> = live.iter().map(|&b| [cur[b].1]).collect();
+        let toks: Vec<[u32; 1]> = cur.iter().map(|c| [c.1]).collect();
         let next = {
-            let mut runs: Vec<PairRun<'_>> = Vec::with_capacity(live.len());
-            let mut li = 0;
-            for (b, j) in jobs.iter_mut().enumerate().filter(|(i, _)| batch.contains(i)).map(|(_, j)| j).enumerate() {
-                if live.get(li) != Some(&b) {
-                    continue;
-                }
-                let pos0 = j.drafter.real + out[batch[b]].len() - 1;
-                runs.push(PairRun { state: &mut j.drafter.state, h: &cur[b].0, next: &toks[li], pos0 });
-                li += 1;
-            }
+            let mut runs: Vec<PairRun<'_>> = bj
+                .iter_mut()
+                .enumerate()
+                .filter(|(b, _)| live[*b])
+                .map(|(b, j)| {
+                    let d = &mut *j.drafter;
+                    PairRun { pos0: d.real + out[batch[b]].len() - 1, state: &mut d.state, h: &cur[b].0, next: &toks[b] }
+                })
+                .collect();
             m.pass_many(&mut runs)?
         };
-        for (&b, r) in live.iter().zip(next) {
+        for (b, r) in (0..bj.len()).filter(|&b| live[b]).zip(next) {
             out[batch[b]].push(r.1);
             cur[b] = r;
         }
