@@ -191,13 +191,7 @@ impl Batch<'_> {
         let ring = self.state_cfg.overflow == pn_ops::Overflow::Ring;
         let n_gen = if ring { self.n } else { self.n.min(self.state_cfg.max_seq - ids.len()) };
         let hist = if self.drafting.is_some() { ids.clone() } else { Vec::new() };
-        let drafter = drafter.or_else(|| {
-            let mut d = self.drafting.as_ref()?.drafter(self.state_cfg.max_seq);
-            if let Some(r) = &self.reference {
-                d.set_reference(r.clone());
-            }
-            Some(d)
-        });
+        let drafter = drafter.or_else(|| Some(self.drafting.as_ref()?.drafter_with(self.state_cfg.max_seq, self.reference.as_ref())));
         let seq = Seq { index: i, sampler, dec: StreamDecoder::new(), text: String::new(), generated: 0, n_gen, prompt_tokens: ids.len(), cached: reused, hist, stats: SpecStats::default(), drafter };
         let mut r = Ready { seq, st, next };
         Ok(if self.accept(&mut r.seq, next) { Some(r) } else { self.finish(r.seq, r.st, next)? })

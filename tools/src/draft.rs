@@ -93,10 +93,7 @@ impl DraftOpts {
     /// The speculator of one sequence (None for `--draft none`).
     pub fn speculator(&self, l: &Loaded, max_seq: usize) -> Result<Option<Speculator>> {
         let Some(f) = self.factory(l)? else { return Ok(None) };
-        let mut d = f.drafter(max_seq);
-        if let Some(r) = self.reference(l)? {
-            d.set_reference(r);
-        }
+        let d = f.drafter_with(max_seq, self.reference(l)?.as_ref());
         Ok(Some(Speculator::new(&l.runner, d, self.n())?.with_policy(self.draft_policy)))
     }
 }

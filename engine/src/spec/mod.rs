@@ -151,6 +151,16 @@ pub enum DraftFactory {
 }
 
 impl DraftFactory {
+    /// A fresh drafter for a sequence of up to `max_seq` positions, with a predicted
+    /// output (`reference`) when it has one and the drafter reads it (lookup).
+    pub fn drafter_with(&self, max_seq: usize, reference: Option<&std::sync::Arc<[u32]>>) -> Drafter {
+        let mut d = self.drafter(max_seq);
+        if let Some(r) = reference {
+            d.set_reference(r.clone());
+        }
+        d
+    }
+
     /// A fresh drafter for a sequence of up to `max_seq` positions.
     pub fn drafter(&self, max_seq: usize) -> Drafter {
         match self {

@@ -464,13 +464,7 @@ impl Engine {
             };
             let hidden = self.draft.as_ref().is_some_and(|d| d.factory.needs_hidden());
             let task = PrefillTask::start(&mut self.cache, &self.runner, st, job.tokens.clone(), self.chunk, hidden);
-            let drafter = self.draft.as_ref().map(|d| {
-                let mut dr = d.factory.drafter(self.state_cfg.max_seq);
-                if let Some(p) = &job.prediction {
-                    dr.set_reference(p.clone());
-                }
-                dr
-            });
+            let drafter = self.draft.as_ref().map(|d| d.factory.drafter_with(self.state_cfg.max_seq, job.prediction.as_ref()));
             let m = &self.shared.metrics;
             m.prompt_tokens.fetch_add(job.tokens.len() as u64, Ordering::Relaxed);
             m.cached_tokens.fetch_add(task.reused as u64, Ordering::Relaxed);
