@@ -168,8 +168,6 @@ pub struct Runner {
     compiled: Mutex<Bounded<Key, Arc<Compiled>>>,
     /// Nodes of the one-token graph (what a geometry's size is estimated from).
     nodes: AtomicUsize,
-    /// The cap [`Runner::set_max_geometries`] was given.
-    max_geometries: AtomicUsize,
     /// Maximum tokens per forward pass; longer inputs are split (state carries over).
     pub ubatch: usize,
     debug: u8,
@@ -220,7 +218,6 @@ impl Runner {
             graphs: Arc::new(Mutex::new(Bounded::new(usize::MAX))),
             compiled: Mutex::new(Bounded::new(usize::MAX)),
             nodes: AtomicUsize::new(0),
-            max_geometries: AtomicUsize::new(usize::MAX),
             ubatch: 256,
             debug: debug::level_from_env(),
             profile: Profile::default(),
@@ -249,12 +246,16 @@ impl Runner {
         }
         // the replicas share the graphs
         self.graphs.lock().expect("graph cache lock").set_cap(n.saturating_mul(if lanes == 0 { 1 } else { 2 }));
-        self.max_geometries.store(n, Ordering::Relaxed);
     }
     /// Keep the compiled geometries that fit `mb` MiB (at the estimated bytes of one).
     pub fn set_geometry_budget_mb(&self, mb: usize) {
         self.set_max_geometries(bounded::cap_for(self.nodes.load(Ordering::Relaxed), mb));
     }
+    /// The cap [`Runner::set_max_geometries`] was given (the compiled cache's).
+    fn max_geometries(&self) -> usize {
+        self.compiled.lock().expect("plan cache lock").cap()
+    }
+
     /// This runner's cap on compiled geometries (its lanes' are their own), and how
     /// many it dropped so far.
     pub fn geometry_cache(&self) -> (usize, u64) {
@@ -270,7 +271,7 @@ impl Runner {
     pub fn replica(&self, backend: Arc<dyn Backend>) -> Result<Runner, RunError> {
         let mut r = Runner::new(self.model.clone(), self.gguf.clone(), backend)?;
         r.graphs = self.graphs.clone();
-        r.set_max_geometries(self.max_geometries.load(Ordering::Relaxed));
+        r.set_max_geometries(self.max_geometries());
         Ok(r)
     }
 
@@ -284,7 +285,7 @@ impl Runner {
             l.lanes = None;
         }
         self.lanes = if lanes.len() >= 2 { Some(lanes::Lanes::new(lanes)?) } else { None };
-        self.set_max_geometries(self.max_geometries.load(Ordering::Relaxed));
+        self.set_max_geometries(self.max_geometries());
         Ok(())
     }
     /// How many lanes run a multi-sequence pass (1: one pass).
