@@ -5,6 +5,20 @@
 
 use std::process::{Command, Stdio};
 
+/// A folder of its own for test `name` under the target's scratch folder.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `text` written to `file` in `scratch(dir)`: its path.
+fn write_file(dir: &str, file: &str, text: &str) -> String {
+    let f = scratch(dir).join(file);
+    std::fs::write(&f, text).unwrap();
+    f.display().to_string()
+}
+
 fn pn(args: &[&str]) -> (i32, String, String) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_pn"));
     c.args(args).stdin(Stdio::null());
@@ -56,11 +70,7 @@ fn sampled_run_with_drafts_is_the_plain_sampled_text() {
 
 #[test]
 fn batch_with_drafts_matches_plain_batch() {
-    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
-    std::fs::create_dir_all(&d).unwrap();
-    let f = d.join("prompts.txt");
-    std::fs::write(&f, "def parse_args(argv):\nimport os\nclass Parser:\n").unwrap();
-    let f = f.display().to_string();
+    let f = write_file("draft", "prompts.txt", "def parse_args(argv):\nimport os\nclass Parser:\n");
     let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
     assert_eq!(code, 0, "{err}");
     for (kind, line) in [("lookup", "[draft lookup ×3: drafted "), ("mtp", "[draft mtp ×1: drafted ")] {
@@ -80,11 +90,7 @@ fn batch_with_drafts_matches_plain_batch() {
 /// completion is the plain batch's.
 #[test]
 fn batch_with_mtp_drafts_reuses_cached_prompts() {
-    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-cache");
-    std::fs::create_dir_all(&d).unwrap();
-    let f = d.join("prompts.txt");
-    std::fs::write(&f, "def parse_args(argv):\ndef parse_args(argv): pass\nclass Parser:\nclass Parser: pass\n").unwrap();
-    let f = f.display().to_string();
+    let f = write_file("draft-cache", "prompts.txt", "def parse_args(argv):\ndef parse_args(argv): pass\nclass Parser:\nclass Parser: pass\n");
     let rows = |out: &str| -> Vec<serde_json::Value> { out.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect() };
     let (code, want, err) = pn(&["batch", "--prompts-file", &f, "-n", "40", "--greedy", "--slots", "2"]);
     assert_eq!(code, 0, "{err}");
@@ -134,8 +140,6 @@ fn bad_draft_flags_are_clear_errors() {
 /// the reference nearly every draft is accepted.
 #[test]
 fn a_draft_reference_is_drafted_from() {
-    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft-ref");
-    std::fs::create_dir_all(&d).unwrap();
     let base = ["run", "-p", "class Parser:", "-n", "64", "--greedy", "-t", "2", "--draft", "lookup", "--draft-n", "6", "--draft-policy", "always"];
     let (code, want, err) = pn(&base);
     assert_eq!(code, 0, "{err}");
@@ -146,10 +150,9 @@ fn a_draft_reference_is_drafted_from() {
     };
     let (drafted, accepted) = counts(&err);
     // the answer without the prompt it repeats
-    let f = d.join("answer.txt");
-    std::fs::write(&f, want.strip_prefix("class Parser:").expect("the prompt is echoed")).unwrap();
+    let f = write_file("draft-ref", "answer.txt", want.strip_prefix("class Parser:").expect("the prompt is echoed"));
     let mut args = base.to_vec();
-    args.extend(["--draft-ref", f.to_str().unwrap()]);
+    args.extend(["--draft-ref", &f]);
     let (code, got, err) = pn(&args);
     assert_eq!(code, 0, "{err}");
     assert_eq!(got, want);
@@ -161,8 +164,7 @@ fn a_draft_reference_is_drafted_from() {
 /// text is still the plain greedy text); a file without one is a clear error.
 #[test]
 fn synth_nextn_block_drafts_and_a_file_without_one_is_refused() {
-    let d = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("draft");
-    std::fs::create_dir_all(&d).unwrap();
+    let d = scratch("draft");
     let (with, without) = (d.join("nextn.gguf").display().to_string(), d.join("plain.gguf").display().to_string());
     for (f, extra) in [(&with, vec!["--nextn", "1"]), (&without, vec![])] {
         let mut args = vec!["synth", "--preset", "tiny", "--type", "q8_0", "-t", "2", "--out", f];
