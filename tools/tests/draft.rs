@@ -110,30 +110,21 @@ fn batch_with_mtp_drafts_reuses_cached_prompts() {
 
 #[test]
 fn bad_draft_flags_are_clear_errors() {
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "eagle"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("expected mtp, lookup or none"), "{err}");
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-n", "0"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("--draft-n: expected 1..=16"), "{err}");
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft-n", "2"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("needs --draft mtp or --draft lookup"), "{err}");
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-policy", "sometimes"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("expected adaptive or always, found \"sometimes\""), "{err}");
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "mtp", "--draft-ref", "Cargo.toml"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("--draft-ref: needs --draft lookup (found --draft mtp)"), "{err}");
-    let (code, _, err) = pn(&["run", "-p", "x", "--draft", "lookup", "--draft-ref", "/no/such/file.txt"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("--draft-ref: expected a readable text file, found /no/such/file.txt"), "{err}");
-    let (code, _, err) = pn(&["serve", "--draft", "lookup", "--draft-ref", "Cargo.toml"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("a request gives its predicted output in its `prediction` field"), "{err}");
-    let (code, _, err) = pn(&["bench", "--draft", "mtp", "--predict-answer"]);
-    assert_ne!(code, 0);
-    assert!(err.contains("--predict-answer: needs --draft lookup and no --draft-ref (found --draft mtp)"), "{err}");
+    let cases: [(&[&str], &str); 8] = [
+        (&["run", "-p", "x", "--draft", "eagle"], "expected mtp, lookup or none"),
+        (&["run", "-p", "x", "--draft", "lookup", "--draft-n", "0"], "--draft-n: expected 1..=16"),
+        (&["run", "-p", "x", "--draft-n", "2"], "needs --draft mtp or --draft lookup"),
+        (&["run", "-p", "x", "--draft", "lookup", "--draft-policy", "sometimes"], "expected adaptive or always, found \"sometimes\""),
+        (&["run", "-p", "x", "--draft", "mtp", "--draft-ref", "Cargo.toml"], "--draft-ref: needs --draft lookup (found --draft mtp)"),
+        (&["run", "-p", "x", "--draft", "lookup", "--draft-ref", "/no/such/file.txt"], "--draft-ref: expected a readable text file, found /no/such/file.txt"),
+        (&["serve", "--draft", "lookup", "--draft-ref", "Cargo.toml"], "a request gives its predicted output in its `prediction` field"),
+        (&["bench", "--draft", "mtp", "--predict-answer"], "--predict-answer: needs --draft lookup and no --draft-ref (found --draft mtp)"),
+    ];
+    for (args, says) in cases {
+        let (code, _, err) = pn(args);
+        assert_ne!(code, 0, "{args:?}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }
 
 /// `--draft-ref FILE` (a predicted output): the same text, and with the answer itself as
