@@ -118,10 +118,13 @@ impl PrefillTask {
         }
     }
 
-    /// Evaluate the next pass on its own (at most `chunk` tokens; the overlapped mode,
-    /// while a decode step runs on the slots' worker).
-    pub fn step(&mut self, cache: &mut PrefixCache, runner: &Runner) -> Result<(), RunError> {
-        let Some(next) = self.pass_end(self.chunk, runner.ubatch) else { return Ok(()) };
+    /// Evaluate the next pass on its own, of at most `max` and `chunk` tokens (the
+    /// longest the cuts allow: [`PrefillTask::pass_end`]; beside a decode step on the
+    /// slots' worker, or between drafting rounds); returns the tokens evaluated (0 when
+    /// no cut is within `max`).
+    pub fn step_upto(&mut self, max: usize, cache: &mut PrefixCache, runner: &Runner) -> Result<usize, RunError> {
+        let Some(next) = self.pass_end(max.min(self.chunk), runner.ubatch) else { return Ok(0) };
+        let p = next - self.done;
         let toks = &self.tokens[self.done..next];
         let l = match &mut self.hidden {
             Some(h) => {
@@ -133,7 +136,7 @@ impl PrefillTask {
             None => runner.forward(&mut self.st, toks, false)?,
         };
         self.passed(cache, next, l.last());
-        Ok(())
+        Ok(p)
     }
 }
 

@@ -113,6 +113,19 @@ impl StepCosts {
             self.credit -= extra;
         }
     }
+
+    /// A prefill pass of `p` tokens run on its own, between the streams' steps (not in
+    /// one: the drafting path), took `secs`: all of it is prefill, and all of it is what
+    /// the streams waited.
+    pub fn observe_alone(&mut self, p: usize, secs: f64) {
+        if p == 0 {
+            return;
+        }
+        self.per_token = Some(ewma(self.per_token, secs / p as f64));
+        if !self.filling {
+            self.credit -= secs;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -151,6 +164,31 @@ mod tests {
         assert_eq!(c.mode(8, 1, 16), Mode::Budget(42));
         // a size never measured uses the nearest one (k = 8)
         assert_eq!(c.decode_secs(10), Some(0.125));
+    }
+
+    #[test]
+    fn a_pass_on_its_own_is_charged_whole() {
+        let mut c = StepCosts::new(1.5, 4);
+        c.observe(2, 0, 0.010);
+        // not measured yet: a smallest pass
+        assert_eq!(c.mode(2, 1, 64), Mode::Smallest);
+        // 64 tokens alone in 32 ms: 0.5 ms a token, all 32 ms against the 5 ms allowance
+        c.observe_alone(64, 0.032);
+        assert_eq!(c.per_token, Some(0.0005));
+        assert!((c.credit - (0.005 - 0.032)).abs() < 1e-12, "{}", c.credit);
+        // a smaller allowance than the smallest pass: plain rounds until the credit pays
+        let mut plain = 0;
+        while c.mode(2, 1, 64) == Mode::Budget(0) {
+            plain += 1;
+        }
+        assert!((11..=12).contains(&plain), "27 ms of debt, then 32 ms of credit, 5 ms a round: {plain}");
+        // a fill pass (more prompts than streams) is not charged
+        assert_eq!(c.mode(1, 3, 64), Mode::Fill);
+        c.observe_alone(256, 0.128);
+        assert_eq!(c.credit, 0.0);
+        // nothing evaluated: nothing learned
+        c.observe_alone(0, 1.0);
+        assert_eq!(c.credit, 0.0);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (pn_engine::spec::slots), each sequence then accepting by its own sampler (the
 //! generation's rejection rule, [`crate::generation::Generation::speculate`]) and rolling
 //! its state back to what it kept. Then one prefill pass of the oldest prompt alone
-//! (prompts are not mixed into verify passes). Greedy output is plain decoding's.
+//! (prompts are not mixed into verify passes), as long as the step budget allows beside
+//! the streams. Greedy output is plain decoding's.
 
 use super::{Engine, Event, Live};
 use crate::error::ApiError;
@@ -14,14 +15,16 @@ use pn_engine::spec::Drafter;
 use std::sync::atomic::Ordering;
 
 impl Engine {
-    /// One iteration with drafts: the verify round of the live sequences, then one
-    /// prefill pass.
+    /// One iteration with drafts: the verify round of the live sequences (its time their
+    /// plain step in the step budget), then one prefill pass within the budget.
     pub(super) fn iterate_drafting(&mut self) {
         let stepping = std::mem::take(&mut self.live);
         if !stepping.is_empty() {
+            let (k, t0) = (stepping.len(), std::time::Instant::now());
             self.verify_round(stepping);
+            self.costs.observe(k, 0, t0.elapsed().as_secs_f64());
         }
-        self.prefill_chunk();
+        self.prefill_budgeted();
     }
 
     fn verify_round(&mut self, mut stepping: Vec<Live>) {

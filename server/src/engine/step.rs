@@ -198,17 +198,49 @@ impl Engine {
 
     /// Evaluate one pass of the oldest prefill on its own.
     pub(super) fn prefill_chunk(&mut self) {
-        let Some((_, task)) = self.prefilling.front_mut() else { return };
-        if let Err(e) = task.step(&mut self.cache, &self.runner) {
-            let (s, t) = self.prefilling.pop_front().expect("front exists");
-            let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
-            self.spare.push(t.st);
+        self.prefill_pass(usize::MAX);
+    }
+
+    /// One pass of the oldest prefill on its own, beside the live streams' steps (the
+    /// drafting path: a verify round is not a pass that prompts can ride in): as long as
+    /// the step budget allows for them ([`super::schedule::StepCosts`], the round's time
+    /// as their plain step), the whole chunk when none runs or more prompts wait than
+    /// streams run. A long prompt then no longer stalls every stream for a chunk's pass
+    /// per round.
+    pub(super) fn prefill_budgeted(&mut self) {
+        let Some((_, task)) = self.prefilling.front() else { return };
+        let smallest = task.smallest_pass(self.runner.ubatch.max(1));
+        let max = match self.costs.mode(self.live.len(), self.prefilling.len(), smallest) {
+            Mode::Fill => usize::MAX,
+            Mode::Smallest => smallest,
+            Mode::Budget(n) => n,
+        };
+        if max == 0 {
             return;
         }
+        let t0 = Instant::now();
+        let p = self.prefill_pass(max);
+        self.costs.observe_alone(p, t0.elapsed().as_secs_f64());
+    }
+
+    /// A pass of at most `max` tokens of the oldest prefill on its own; the tokens
+    /// evaluated.
+    fn prefill_pass(&mut self, max: usize) -> usize {
+        let Some((_, task)) = self.prefilling.front_mut() else { return 0 };
+        let p = match task.step_upto(max, &mut self.cache, &self.runner) {
+            Ok(p) => p,
+            Err(e) => {
+                let (s, t) = self.prefilling.pop_front().expect("front exists");
+                let _ = s.job.events.send(Event::Error(ApiError::internal(format!("prefill: {e}"))));
+                self.spare.push(t.st);
+                return 0;
+            }
+        };
         if self.prefilling.front().is_some_and(|(_, t)| t.is_done()) {
             let (s, t) = self.prefilling.pop_front().expect("front exists");
             self.prefilled(s, t);
         }
+        p
     }
 
     /// A prompt is prefilled: remember its tokens, sample its first token (the TTFT),
