@@ -278,9 +278,9 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
-/// Where one head writes its per-token history: its block `[n][Dv·Dk]` of the history
-/// and the first token kept (the states after tokens `first..first + n`).
-type HeadHist<'h> = Option<(&'h mut [f32], usize)>;
+/// Where one head writes its per-token history: its rows of each kept state (entry `e`:
+/// the state after token `first + e`) and the first token kept.
+type HeadHist<'h> = Option<(Vec<&'h mut [f32]>, usize)>;
 
 /// One (sequence, V head) task: inputs, head, state, output, history block.
 type HeadTask<'p, 'h> = (&'p Delta<'p>, usize, &'h mut [f32], &'h mut [f32], HeadHist<'h>);
@@ -303,14 +303,13 @@ fn delta_head(p: &Delta<'_>, h: usize, s: &mut [f32], o: &mut [f32], hist: HeadH
         dv: p.dv,
         t: p.t,
     };
-    let Some((blk, first)) = hist else { return delta_all(&hi, s, o) };
-    let per = s.len();
+    let Some((mut entries, first)) = hist else { return delta_all(&hi, s, o) };
     if first > 0 {
         delta_all(&hi.tokens(0, first), s, &mut o[..first * p.dv]);
     }
     for ti in first..p.t {
         delta_chunk::recurrent(&hi.tokens(ti, ti + 1), s, &mut o[ti * p.dv..(ti + 1) * p.dv]);
-        if let Some(dst) = blk.get_mut((ti - first) * per..(ti - first + 1) * per) {
+        if let Some(dst) = entries.get_mut(ti - first) {
             dst.copy_from_slice(s);
         }
     }
@@ -373,15 +372,14 @@ pub fn delta_rule_seqs(
     delta_rule_seqs_of(&mut seqs, p.hv * p.dv * p.t, y)
 }
 
-/// The per-head history blocks of a recorded sequence of `t` tokens (state `per` floats
-/// per head) and its first kept token; marks the history as written for `t` tokens.
-/// None when not recorded or nothing is kept.
-fn head_blocks(hist: Option<&mut history::Hist>, t: usize, per: usize) -> Option<(std::slice::ChunksMut<'_, f32>, usize)> {
+/// Each head's rows of the kept states of a recorded sequence of `t` tokens (state `per`
+/// floats per head) and its first kept token; marks the history as written for `t`
+/// tokens. None when not recorded or nothing is kept.
+fn head_blocks(hist: Option<&mut history::Hist>, t: usize, per: usize) -> Option<(std::vec::IntoIter<Vec<&mut [f32]>>, usize)> {
     let h = hist?;
-    h.ssm_t = t;
-    let ne = h.entries();
+    h.wrote_ssm(t);
     let (first, n) = h.span(t);
-    (n > 0).then(|| (h.ssm.chunks_mut(ne * per), first))
+    (n > 0).then(|| (history::head_entries(&mut h.ssm[..n], per).into_iter(), first))
 }
 
 /// One sequence's heads (in parallel unless `serial`), with its history when recorded.
@@ -394,7 +392,7 @@ fn heads_of(p: &Delta<'_>, ssm: &mut [f32], ohs: &mut [f32], hist: Option<&mut h
             ssm.chunks_mut(per).zip(ohs.chunks_mut(p.t * p.dv)).zip(blocks).enumerate().for_each(|(h, ((s, o), b))| delta_head(p, h, s, o, Some((b, first))))
         }
         Some((blocks, first)) => {
-            let bl: Vec<&mut [f32]> = blocks.collect();
+            let bl: Vec<Vec<&mut [f32]>> = blocks.collect();
             ssm.par_chunks_mut(per).zip(ohs.par_chunks_mut(p.t * p.dv)).zip(bl).enumerate().for_each(|(h, ((s, o), b))| delta_head(p, h, s, o, Some((b, first))))
         }
     }

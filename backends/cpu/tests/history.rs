@@ -117,6 +117,19 @@ fn check(name: &str, exec: &Exec<'_>) {
             run(exec, &inp, head, head + n_keep, &mut want);
             assert_eq!(rec(&st), rec(&want), "{name}: keep {n_keep} of {t} (history {keep_hist})");
         }
+        // the same rollback again changes nothing (the kept state was swapped in: its
+        // entry holds a later state now), and a kept prefix cannot grow back
+        let low = t - keep_hist + 1;
+        let now = rec(&st).clone();
+        r.rollback(rec_mut(&mut st), t, low).unwrap();
+        assert_eq!(rec(&st), &now, "{name}: the same rollback twice");
+        assert!(r.rollback(rec_mut(&mut st), t, low + 1).is_err(), "{name}: keep {low} grew back to {}", low + 1);
+        // the swapped-in state is a live state like any other: the pass's other tokens
+        // continue from it to what running them all at once gives
+        run(exec, &inp, head + low, head + t, &mut st);
+        let mut want = before.clone();
+        run(exec, &inp, head, head + t, &mut want);
+        assert_eq!(rec(&st), rec(&want), "{name}: tokens {low}.. run again after the rollback (history {keep_hist})");
     }
 }
 

@@ -66,6 +66,7 @@ pub fn delta_rule(
     // per-token history for a rollback (state/history.rs): states after tokens first..
     let mut hist = history::take(st);
     let (first, n_keep) = hist.as_ref().map_or((t, 0), |h| h.span(t));
+    let per = dv * dk;
     for h in 0..hv {
         let kh = h % hk;
         let s = &mut st.ssm[h * dv * dk..(h + 1) * dv * dk];
@@ -103,14 +104,12 @@ pub fn delta_rule(
                 o[j] = acc * scale;
             }
             if let Some(hs) = hist.as_mut().filter(|_| ti >= first && ti < first + n_keep) {
-                let per = dv * dk;
-                let ne = hs.entries();
-                history::ssm_block(&mut hs.ssm, h, ne, per)[(ti - first) * per..][..per].copy_from_slice(s);
+                hs.ssm[ti - first][h * per..(h + 1) * per].copy_from_slice(s);
             }
         }
     }
     if let Some(mut hs) = hist {
-        hs.ssm_t = t;
+        hs.wrote_ssm(t);
         history::put(st, hs);
     }
     out_f32(OP, out, y)

@@ -8,10 +8,14 @@
 //! also write the state after each of the pass's last `keep` tokens except the final one
 //! (that one is the live state); [`Recording::rollback`] then restores the state after
 //! any of those tokens without running anything again (llama.cpp's
-//! `ggml_gated_delta_net(…, K)` snapshots do the same).
+//! `ggml_gated_delta_net(…, K)` snapshots do the same). Each kept delta-rule state is a
+//! buffer laid out as the live one, so a rollback swaps it in (no copy: a copy of the
+//! live state moved every recurrent layer's matrices through memory again, ~2 ms of a
+//! 15 ms full-dims step); the conv windows (small) are copied.
 //!
 //! The history lives beside the state, keyed by the state's identity (the address of its
-//! ssm buffer, which never moves while the state lives), not inside [`RecurrentState`]:
+//! ssm buffer, which moves only when a rollback swaps a kept one in: the key follows it),
+//! not inside [`RecurrentState`]:
 //! the state's layout — what resident backends upload and snapshot — stays as it is.
 //! A state is recorded only while its `Recording` lives (dropping it unregisters the
 //! state), so an address is never reused for another state during a recording. With no
@@ -28,11 +32,16 @@ pub struct Hist {
     pub keep: usize,
     /// `[keep-1][d_conv-1][C]`: conv windows, entry `e` after token `t - keep + e`.
     pub conv: Vec<f32>,
-    /// `[Hv][keep-1][Dv·Dk]`: per V head (so each head's task writes its own block).
-    pub ssm: Vec<f32>,
+    /// `[keep-1]` delta-rule states, each `[Hv][Dv·Dk]` as the live `ssm` (entry `e`
+    /// after token `t - keep + e`; each head's task writes its rows of every entry:
+    /// [`head_entries`]).
+    pub ssm: Vec<Vec<f32>>,
     /// Tokens of the last pass the conv / delta-rule kernel recorded (0: none yet).
     pub conv_t: usize,
     pub ssm_t: usize,
+    /// Tokens of that pass the delta-rule state holds now (`ssm_t` after the pass, less
+    /// after a rollback: the entry swapped in then holds the pass's last state).
+    kept: usize,
 }
 
 impl Hist {
@@ -45,6 +54,11 @@ impl Hist {
     pub fn span(&self, t: usize) -> (usize, usize) {
         let n = self.entries().min(t.saturating_sub(1));
         (t - 1 - n, n)
+    }
+    /// For the delta-rule kernels: the entries are written for a pass of `t` tokens.
+    pub fn wrote_ssm(&mut self, t: usize) {
+        self.ssm_t = t;
+        self.kept = t;
     }
 }
 
@@ -83,7 +97,7 @@ fn buffer(n: usize) -> Vec<f32> {
 fn recycle(h: Hist) {
     let mut pool = POOL.lock().unwrap_or_else(|e| e.into_inner());
     let mut bytes: usize = pool.iter().map(|b| b.capacity() * 4).sum();
-    for b in [h.conv, h.ssm] {
+    for b in std::iter::once(h.conv).chain(h.ssm) {
         if b.capacity() > 0 && bytes + b.capacity() * 4 <= POOL_MAX_BYTES {
             bytes += b.capacity() * 4;
             pool.push(b);
@@ -123,7 +137,6 @@ pub fn put(st: &RecurrentState, h: Hist) {
 #[derive(Debug)]
 pub struct Recording {
     id: u64,
-    keys: Vec<usize>,
 }
 
 impl Recording {
@@ -131,7 +144,6 @@ impl Recording {
     /// last `keep` tokens (`keep` ≥ 1; 1 keeps nothing but the live state).
     pub fn start<'a>(states: impl IntoIterator<Item = &'a RecurrentState>, keep: usize) -> Recording {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let mut keys = Vec::new();
         let mut t = table();
         for st in states {
             let k = key(st);
@@ -139,9 +151,10 @@ impl Recording {
             let h = Hist {
                 keep: keep.max(1),
                 conv: buffer(n * st.conv.len()),
-                ssm: buffer(n * st.ssm.len()),
+                ssm: (0..n).map(|_| buffer(st.ssm.len())).collect(),
                 conv_t: 0,
                 ssm_t: 0,
+                kept: 0,
             };
             // a state is recorded by its newest recording only
             if let Some(i) = t.iter().position(|e| e.key == k) {
@@ -150,30 +163,28 @@ impl Recording {
                 }
             }
             t.push(Entry { key: k, id, hist: Some(h) });
-            keys.push(k);
         }
         ACTIVE.fetch_add(1, Ordering::AcqRel);
-        Recording { id, keys }
+        Recording { id }
     }
 
     /// Put `st` back to its state after the first `n_keep` tokens of the last pass of
-    /// `t` tokens (`n_keep == t`: the live state, nothing to do). Errors (expected vs
-    /// found) when the state was not recorded, the kernels kept no history for a pass of
-    /// `t` tokens (a backend that does not record), or `n_keep` is out of reach.
+    /// `t` tokens (`n_keep == t`: the live state, nothing to do; again with a smaller
+    /// `n_keep`: shrinks further; the same: nothing to do). Errors (expected vs found)
+    /// when the state was not recorded, the kernels kept no history for a pass of `t`
+    /// tokens (a backend that does not record), or `n_keep` is out of reach.
     pub fn rollback(&self, st: &mut RecurrentState, t: usize, n_keep: usize) -> Result<(), String> {
         if n_keep == t {
             return Ok(());
         }
         let k = key(st);
-        if !self.keys.contains(&k) {
-            return Err("this recurrent state is not part of the recording".into());
-        }
         let mut tab = table();
-        let e = tab
-            .iter_mut()
-            .find(|e| e.key == k && e.id == self.id)
-            .ok_or("the state was recorded again by a later pass: only the latest pass can be rolled back")?;
-        let h = e.hist.as_ref().ok_or("the history is still being written")?;
+        let e = match tab.iter_mut().find(|e| e.key == k) {
+            None => return Err("this recurrent state is not part of the recording".into()),
+            Some(e) if e.id != self.id => return Err("the state was recorded again by a later pass: only the latest pass can be rolled back".into()),
+            Some(e) => e,
+        };
+        let h = e.hist.as_mut().ok_or("the history is still being written")?;
         if h.conv_t != t || h.ssm_t != t {
             return Err(format!(
                 "expected a per-token history of the last pass of {t} tokens, found conv {} / delta rule {} (the backend keeps no history: speculative decoding needs one that does)",
@@ -184,17 +195,24 @@ impl Recording {
         if n_keep == 0 || n_keep > t || n_keep - 1 < first {
             return Err(format!("expected to keep {}..={t} tokens of the pass, found {n_keep}", first + 1));
         }
+        if n_keep > h.kept {
+            return Err(format!("the state keeps {} tokens of the pass already: cannot grow back to {n_keep}", h.kept));
+        }
+        if n_keep == h.kept {
+            return Ok(());
+        }
         let ent = n_keep - 1 - first;
         debug_assert!(ent < n);
+        if h.ssm[ent].len() != st.ssm.len() {
+            return Err(format!("expected a kept state of {} floats, found {}", st.ssm.len(), h.ssm[ent].len()));
+        }
         let cl = st.conv.len();
         st.conv.copy_from_slice(&h.conv[ent * cl..(ent + 1) * cl]);
-        let hv = st.n_v_heads.max(1);
-        let per = st.ssm.len() / hv;
-        let ne = h.entries();
-        for (hd, s) in st.ssm.chunks_exact_mut(per).enumerate() {
-            let o = (hd * ne + ent) * per;
-            s.copy_from_slice(&h.ssm[o..o + per]);
-        }
+        // the kept state becomes the live one; the entry takes the pass's later state (no
+        // smaller rollback reads it) and the table follows the state's new buffer
+        std::mem::swap(&mut st.ssm, &mut h.ssm[ent]);
+        h.kept = n_keep;
+        e.key = key(st);
         Ok(())
     }
 }
@@ -231,7 +249,18 @@ pub fn write_conv<'w>(h: &mut Hist, t: usize, ns: usize, c: usize, win: &dyn Fn(
     h.conv_t = t;
 }
 
-/// For the delta-rule kernels: head `hd`'s block of the history (`[keep-1][Dv·Dk]`).
-pub fn ssm_block(ssm: &mut [f32], hd: usize, entries: usize, per: usize) -> &mut [f32] {
-    &mut ssm[hd * entries * per..(hd + 1) * entries * per]
+/// For the delta-rule kernels: each V head's rows (`per` floats) of every kept state,
+/// `out[hd][e]` (so each head's task writes its own).
+pub fn head_entries(ssm: &mut [Vec<f32>], per: usize) -> Vec<Vec<&mut [f32]>> {
+    let n = ssm.len();
+    let mut out: Vec<Vec<&mut [f32]>> = Vec::new();
+    for entry in ssm.iter_mut() {
+        for (hd, rows) in entry.chunks_exact_mut(per.max(1)).enumerate() {
+            if out.len() <= hd {
+                out.push(Vec::with_capacity(n));
+            }
+            out[hd].push(rows);
+        }
+    }
+    out
 }
