@@ -24,7 +24,7 @@ impl Engine {
             self.verify_round(stepping);
             self.costs.observe(k, 0, t0.elapsed().as_secs_f64());
         }
-        self.prefill_budgeted();
+        self.prefill_budgeted(self.live.len());
     }
 
     fn verify_round(&mut self, mut stepping: Vec<Live>) {

@@ -172,17 +172,24 @@ impl Engine {
 
     /// The decode step, then one prefill pass of the oldest prompt on its own; with
     /// `overlapped` the step runs on the slots' worker thread during the prefill pass (a
-    /// prefill that completes binds its sequence for the next step).
+    /// prefill that completes binds its sequence for the next step), a pass as long as
+    /// the step budget allows beside the streams (an iteration without one is their
+    /// plain step); without, a whole chunk (the fallback of `iterate` for a `--ubatch`
+    /// too small to hold a pass beside the decode tokens).
     fn iterate_separately(&mut self, overlapped: bool) {
         let stepping = std::mem::take(&mut self.live);
         let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
+        let t0 = Instant::now();
         let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, overlapped).map(|_| true) };
-        self.prefill_chunk();
+        let prefilled = if overlapped { self.prefill_budgeted(batch.len()) } else { self.prefill_chunk() };
         let res = match launched {
             Ok(true) => self.slots.step_wait(),
             Ok(false) => return,
             Err(e) => Err(e),
         };
+        if overlapped && prefilled == 0 && res.is_ok() {
+            self.costs.observe(batch.len(), 0, t0.elapsed().as_secs_f64());
+        }
         match res {
             Ok(logits) => {
                 self.shared.metrics.record_step(stepping.len());
@@ -196,31 +203,34 @@ impl Engine {
         }
     }
 
-    /// Evaluate one pass of the oldest prefill on its own.
-    pub(super) fn prefill_chunk(&mut self) {
-        self.prefill_pass(usize::MAX);
+    /// Evaluate one pass of the oldest prefill on its own (a whole chunk); the tokens
+    /// evaluated.
+    fn prefill_chunk(&mut self) -> usize {
+        self.prefill_pass(usize::MAX)
     }
 
-    /// One pass of the oldest prefill on its own, beside the live streams' steps (the
-    /// drafting path: a verify round is not a pass that prompts can ride in): as long as
-    /// the step budget allows for them ([`super::schedule::StepCosts`], the round's time
-    /// as their plain step), the whole chunk when none runs or more prompts wait than
-    /// streams run. A long prompt then no longer stalls every stream for a chunk's pass
-    /// per round.
-    pub(super) fn prefill_budgeted(&mut self) {
-        let Some((_, task)) = self.prefilling.front() else { return };
+    /// One pass of the oldest prefill on its own, beside the steps of `k` live streams
+    /// (the drafting path: a verify round is not a pass that prompts can ride in; the
+    /// overlapped one): as long as the step budget allows for them
+    /// ([`super::schedule::StepCosts`], their step's own time as the plain step), the
+    /// whole chunk when none runs or more prompts wait than streams run. A long prompt
+    /// then no longer stalls every stream for a chunk's pass per step. The tokens
+    /// evaluated.
+    pub(super) fn prefill_budgeted(&mut self, k: usize) -> usize {
+        let Some((_, task)) = self.prefilling.front() else { return 0 };
         let smallest = task.smallest_pass(self.runner.ubatch.max(1));
-        let max = match self.costs.mode(self.live.len(), self.prefilling.len(), smallest) {
+        let max = match self.costs.mode(k, self.prefilling.len(), smallest) {
             Mode::Fill => usize::MAX,
             Mode::Smallest => smallest,
             Mode::Budget(n) => n,
         };
         if max == 0 {
-            return;
+            return 0;
         }
         let t0 = Instant::now();
         let p = self.prefill_pass(max);
         self.costs.observe_alone(p, t0.elapsed().as_secs_f64());
+        p
     }
 
     /// A pass of at most `max` tokens of the oldest prefill on its own; the tokens
