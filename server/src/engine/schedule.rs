@@ -114,9 +114,9 @@ impl StepCosts {
         }
     }
 
-    /// A prefill pass of `p` tokens run on its own, between the streams' steps (not in
-    /// one: the drafting path), took `secs`: all of it is prefill, and all of it is what
-    /// the streams waited.
+    /// A prefill pass of `p` tokens run on its own, not inside the streams' step (after
+    /// a drafting round, or beside the overlapped step of `--async-steps`), took `secs`:
+    /// all of it is prefill, and all of it is charged to what the streams may wait.
     pub fn observe_alone(&mut self, p: usize, secs: f64) {
         if p == 0 {
             return;
