@@ -382,7 +382,7 @@ pub fn run(a: BatchArgs) -> Result<()> {
             drop(items);
             if let Some(p) = &mut adapt {
                 let tokens = k + res.iter().map(|(acc, _)| acc.len()).sum::<usize>();
-                p.record(k, drafting, tokens, ts.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
+                p.record(k, drafting, tokens, ts.elapsed().as_secs_f64(), pn_engine::spec::adapt::since(before, after));
             }
             decode_s += ts.elapsed().as_secs_f64();
             steps += 1;

@@ -114,6 +114,12 @@ impl DraftPolicy {
     }
 }
 
+/// The catch-up between two readings of [`caught_up`] (or one drafter's
+/// [`Drafter::caught_up`]): what a round hands [`Adaptive::record`].
+pub fn since(before: (f64, u64), after: (f64, u64)) -> (f64, u64) {
+    (after.0 - before.0, after.1.saturating_sub(before.1))
+}
+
 /// The catch-up of several drafters so far, summed ([`Drafter::caught_up`]): what a
 /// round of several sequences hands [`Adaptive::record`], as the difference of two.
 pub fn caught_up<'a>(drafters: impl IntoIterator<Item = &'a Drafter>) -> (f64, u64) {
@@ -137,6 +143,12 @@ mod tests {
 
     /// Measures drafting, then plain; keeps the faster and tries the other every
     /// `EXPLORE_EVERY` rounds; each k on its own; the first round of a mode not counted.
+    #[test]
+    fn a_rounds_catch_up_is_the_later_reading_less_the_earlier() {
+        assert_eq!(since((1.5, 4), (2.25, 7)), (0.75, 3));
+        assert_eq!(since((2.0, 7), (2.0, 7)), (0.0, 0));
+    }
+
     #[test]
     fn picks_the_faster_and_keeps_trying_the_other() {
         let mut a = Adaptive::default();

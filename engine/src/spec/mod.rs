@@ -276,7 +276,7 @@ impl Speculator {
         self.times.add(t1 - t0, t2 - t1, t2.elapsed());
         if let Some(a) = &mut self.adapt {
             let now = self.drafter.caught_up();
-            a.record(1, drafting, n_acc + 1, t0.elapsed().as_secs_f64(), (now.0 - caught.0, now.1 - caught.1));
+            a.record(1, drafting, n_acc + 1, t0.elapsed().as_secs_f64(), adapt::since(caught, now));
         }
         self.last_drafts.clone_from(&drafts);
         Ok((drafts[..n_acc].to_vec(), next))

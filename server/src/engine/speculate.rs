@@ -128,7 +128,7 @@ impl Engine {
             }
         }
         if let Some(a) = self.adapt.as_mut().filter(|_| !predicted) {
-            a.record(k_streams, drafting, emitted, t0.elapsed().as_secs_f64(), (after.0 - before.0, after.1 - before.1));
+            a.record(k_streams, drafting, emitted, t0.elapsed().as_secs_f64(), pn_engine::spec::adapt::since(before, after));
         }
     }
 }
