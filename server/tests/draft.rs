@@ -186,29 +186,13 @@ async fn mtp_drafting_reuses_cached_turns() {
 /// A long prompt that arrives while a stream drafts is prefilled within the step budget
 /// (passes of a 64-token granule or so, each after at least one of the stream's rounds),
 /// not a whole 256-token chunk per round: the stream keeps running its rounds meanwhile
-/// (it got one round per chunk before: ~6 over this prompt).
+/// (it got one round per chunk before: 11 over this prompt).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_long_prompt_does_not_stall_drafting_streams() {
     let mut sp = spec(DEFAULT, 2, 4096);
     sp.draft = Some(DraftSpec { factory: DraftFactory::Lookup, n: 3, policy: DraftPolicy::Always });
     let s = server(config(), sp);
-    let stream = {
-        let s = s.clone();
-        tokio::spawn(async move { post(&s, "/v1/completions", &json!({"prompt": PROMPTS[3], "max_tokens": 1500, "temperature": 0, "ignore_eos": true})).await })
-    };
-    let rounds = || s.shared().metrics.decode_steps.load(std::sync::atomic::Ordering::Relaxed);
-    eventually("the stream runs", || rounds() > 2).await;
-    let long: String = (0..250).map(|j| format!("x{j} = {j}\n")).collect();
-    let r0 = rounds();
-    let b = post(&s, "/v1/completions", &json!({"prompt": long, "max_tokens": 1, "ignore_eos": true})).await;
-    let during = rounds() - r0;
-    assert_eq!(b.status, 200, "{}", b.text());
-    let prompt = b.json()["usage"]["prompt_tokens"].as_u64().unwrap();
-    assert!(prompt > 1200, "{prompt} prompt tokens");
-    eprintln!("{during} rounds of the stream while {prompt} prompt tokens prefilled");
+    let (during, prompt) = steps_during_a_long_prompt(&s).await;
     assert!(during >= prompt / 96, "{during} rounds of the stream while {prompt} prompt tokens prefilled");
-    let a = stream.await.unwrap();
-    assert_eq!(a.status, 200, "{}", a.text());
-    assert_eq!(a.json()["usage"]["completion_tokens"].as_u64(), Some(1500), "the stream outlasts the prefill");
     s.stop_engine();
 }

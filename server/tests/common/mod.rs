@@ -141,3 +141,28 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     }
     panic!("timed out waiting for: {what}");
 }
+
+/// One greedy stream of 1500 tokens on `s`, then a ~2300-token prompt sent while it runs:
+/// the engine steps of the stream (`decode_steps`) while that prompt prefilled, and the
+/// prompt's tokens. Asserts that both complete and that the stream outlasted the prefill
+/// (what a test of the prefill's share of the steps needs).
+pub async fn steps_during_a_long_prompt(s: &Arc<Server>) -> (u64, u64) {
+    let stream = {
+        let s = s.clone();
+        tokio::spawn(async move { post(&s, "/v1/completions", &serde_json::json!({"prompt": "def parse_args(argv):", "max_tokens": 1500, "temperature": 0, "ignore_eos": true})).await })
+    };
+    let steps = || s.shared().metrics.decode_steps.load(std::sync::atomic::Ordering::Relaxed);
+    eventually("the stream runs", || steps() > 2).await;
+    let long: String = (0..250).map(|j| format!("x{j} = {j}\n")).collect();
+    let s0 = steps();
+    let b = post(s, "/v1/completions", &serde_json::json!({"prompt": long, "max_tokens": 1, "ignore_eos": true})).await;
+    let during = steps() - s0;
+    assert_eq!(b.status, 200, "{}", b.text());
+    let prompt = b.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 1200, "{prompt} prompt tokens");
+    let a = stream.await.unwrap();
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["usage"]["completion_tokens"].as_u64(), Some(1500), "the stream outlasts the prefill");
+    eprintln!("{during} steps of the stream while {prompt} prompt tokens prefilled");
+    (during, prompt)
+}
