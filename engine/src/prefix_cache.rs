@@ -80,6 +80,9 @@ pub struct CacheStats {
     pub evicted: u64,
 }
 
+/// Every token's hidden row (`result_norm`) of a cached prefix, when asked for and held.
+type HiddenRows = Option<Arc<[f32]>>;
+
 struct Entry {
     tokens: Vec<u32>,
     snap: Arc<StateSnapshot>,
@@ -126,7 +129,7 @@ impl PrefixCache {
     }
     /// Whether a snapshot of exactly `tokens` is held.
     pub fn contains(&self, tokens: &[u32]) -> bool {
-        self.entries.iter().any(|e| e.tokens == tokens)
+        self.held(tokens).is_some()
     }
     /// The prefix lengths held, most recently used first.
     pub fn prefixes(&self) -> Vec<usize> {
@@ -153,7 +156,7 @@ impl PrefixCache {
         self.find(tokens, ok, true).map(|(n, s, h)| (n, s, h.expect("an entry with hidden rows")))
     }
 
-    fn find(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> Option<(usize, Arc<StateSnapshot>, Option<Arc<[f32]>>)> {
+    fn find(&mut self, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> Option<(usize, Arc<StateSnapshot>, HiddenRows)> {
         let best = self
             .entries
             .iter_mut()
@@ -175,9 +178,9 @@ impl PrefixCache {
     /// rows); an entry already held without them gets them.
     pub fn insert_with(&mut self, tokens: &[u32], snap: StateSnapshot, hidden: Option<Arc<[f32]>>) -> bool {
         self.tick += 1;
-        if let Some(i) = self.entries.iter().position(|e| e.tokens == tokens) {
+        if let Some(i) = self.held(tokens) {
             self.entries[i].last_use = self.tick;
-            if self.entries[i].hidden.is_some() || hidden.is_none() {
+            if !self.takes(i, hidden.is_some()) {
                 return false;
             }
             // held without hidden rows: replaced by the entry that has them
@@ -204,11 +207,23 @@ impl PrefixCache {
         self.insert_state_with(tokens, st, None)
     }
 
+    /// The entry that holds the state after `tokens`, if any.
+    fn held(&self, tokens: &[u32]) -> Option<usize> {
+        self.entries.iter().position(|e| e.tokens == tokens)
+    }
+
+    /// Whether a new entry for held entry `i`'s tokens replaces it: only one with hidden
+    /// rows (`hidden`) where the held entry has none.
+    fn takes(&self, i: usize, hidden: bool) -> bool {
+        hidden && self.entries[i].hidden.is_none()
+    }
+
     /// [`PrefixCache::insert_state`] with every token's hidden row (`n_embd` floats per
     /// token of `tokens`, in order).
     pub fn insert_state_with(&mut self, tokens: &[u32], st: &SeqState, hidden: Option<&[f32]>) -> bool {
-        let held = self.entries.iter().find(|e| e.tokens == tokens).map(|e| e.hidden.is_some());
-        if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || held == Some(true) || (held == Some(false) && hidden.is_none()) {
+        // (the rule `insert_with` applies, checked before the snapshot is taken)
+        let refused = self.held(tokens).is_some_and(|i| !self.takes(i, hidden.is_some()));
+        if st.pos != tokens.len() || self.cfg.budget_bytes == 0 || refused {
             return false;
         }
         match st.snapshot() {
@@ -249,12 +264,7 @@ impl PrefixCache {
     /// evaluates the rest keeping theirs, and snapshots the end with all of them (with
     /// `snapshot_end`). Returns the prefill and every token's hidden row.
     pub fn prefill_hidden(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<(Prefill, Vec<f32>), RunError> {
-        if tokens.is_empty() {
-            return Err(RunError::Empty);
-        }
-        let cut = self.cuts(runner, tokens.len());
-        let iv = self.cfg.interval;
-        let (p, rows) = self.restore_prefix(st, tokens, |n| !(iv > 0 && n.is_multiple_of(iv)) || cut(n), true);
+        let (p, rows) = self.begin_with(runner, st, tokens, true)?;
         let mut rows = rows.map_or_else(Vec::new, |h| h.to_vec());
         let mut new = Vec::new();
         let l = runner.forward_hidden(st, &tokens[p..], false, &mut new)?;
@@ -272,19 +282,25 @@ impl PrefixCache {
     /// any chunks: with the default recurrent delta rule a chunk's rows do not depend on
     /// how a pass is cut) and calls [`PrefixCache::passed`] after each pass.
     pub fn begin(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32]) -> Result<usize, RunError> {
+        self.begin_with(runner, st, tokens, false).map(|(p, _)| p)
+    }
+
+    /// [`PrefixCache::begin`], with `hidden` (an MTP drafter's prefill) only from an
+    /// entry that holds every token's hidden row, and those rows.
+    fn begin_with(&mut self, runner: &Runner, st: &mut SeqState, tokens: &[u32], hidden: bool) -> Result<(usize, HiddenRows), RunError> {
         if tokens.is_empty() {
             return Err(RunError::Empty);
         }
         let cut = self.cuts(runner, tokens.len());
         let iv = self.cfg.interval;
-        Ok(self.restore_prefix(st, tokens, |n| !(iv > 0 && n.is_multiple_of(iv)) || cut(n), false).0)
+        Ok(self.restore_prefix(st, tokens, |n| !(iv > 0 && n.is_multiple_of(iv)) || cut(n), hidden))
     }
 
     /// The longest cached proper prefix of `tokens` whose length passes `ok` (where the
     /// caller's prefill may end a pass) restored into `st`, else `st` reset; counted as
     /// a hit or a miss. With `hidden`, only an entry that holds every token's hidden
     /// row, and those rows. Returns the prefix length (0: a miss).
-    pub fn restore_prefix(&mut self, st: &mut SeqState, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> (usize, Option<Arc<[f32]>>) {
+    pub fn restore_prefix(&mut self, st: &mut SeqState, tokens: &[u32], ok: impl Fn(usize) -> bool, hidden: bool) -> (usize, HiddenRows) {
         let hit = if self.cfg.budget_bytes > 0 { self.find(tokens, ok, hidden) } else { None };
         // restore drops a resident backend's copies (the next pass uploads); reset
         // resets them in place where the backend can
