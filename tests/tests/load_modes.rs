@@ -64,3 +64,29 @@ fn copy_reports_bytes_read_and_mmap_reads_nothing() {
     Gguf::open_with_progress(&path, LoadMode::Mmap, &mut |_, _| mapped += 1).expect("opens");
     assert_eq!(mapped, 0, "a memory map reads nothing up front");
 }
+
+/// A mapped file's weights without a `rows16` copy get plain copies holding their exact
+/// bytes (once: a second call copies nothing); a file already in anonymous memory gets
+/// none; a runner on the mapped file makes them at its first plan and its logits are
+/// those of the copy in anonymous memory (above).
+#[test]
+fn plain_copies_hold_the_files_bytes() {
+    let path = fixture("ktiny-q4_k_m.gguf");
+    let g = Gguf::open_with(&path, LoadMode::Mmap).expect("opens");
+    let all: Vec<usize> = (0..g.tensors.len()).collect();
+    let before: Vec<Vec<u8>> = g.tensors.iter().map(|t| g.tensor_bytes(t).to_vec()).collect();
+    let copied = g.prepare_plain_copies(&all);
+    let expect: u64 = g.tensors.iter().enumerate().filter(|(ix, _)| g.rows16(*ix).is_none()).map(|(_, t)| t.n_bytes).sum();
+    assert!(copied >= expect && expect > 0, "copied {copied} bytes, the tensors hold {expect}");
+    assert_eq!(g.prepare_plain_copies(&all), 0, "a second call copies nothing");
+    for (ix, t) in g.tensors.iter().enumerate() {
+        let host = g.host_bytes(ix).expect("a tensor of the file");
+        assert_eq!(host, &before[ix][..], "{}: the file's bytes", t.name);
+        assert_ne!(host.as_ptr(), g.tensor_bytes(t).as_ptr(), "{}: a copy, not the mapping", t.name);
+        assert_eq!(host.as_ptr() as usize % 64, 0, "{}: 64-byte aligned", t.name);
+    }
+    assert_eq!(g.host_bytes(g.tensors.len()), None, "no such tensor");
+    let anon = Gguf::open_with(&path, LoadMode::Copy).expect("opens");
+    assert_eq!(anon.prepare_plain_copies(&all), 0, "a file in anonymous memory is not copied again");
+    assert_eq!(anon.host_bytes(0).map(<[u8]>::as_ptr), Some(anon.tensor_bytes(&anon.tensors[0]).as_ptr()));
+}

@@ -18,6 +18,7 @@
 
 mod load;
 mod parse;
+mod resident;
 mod rows16;
 
 pub use load::LoadMode;
@@ -326,6 +327,9 @@ pub struct Gguf {
     backing: Backing,
     /// Per tensor, its `rows16` copy once made ([`Gguf::prepare_rows16`]).
     rows16: Vec<std::sync::OnceLock<Option<memmap2::Mmap>>>,
+    /// Per tensor, its plain copy once made ([`Gguf::prepare_plain_copies`]): the
+    /// region it lies in and its offset there.
+    plain: Vec<std::sync::OnceLock<(std::sync::Arc<memmap2::Mmap>, usize)>>,
 }
 
 impl std::fmt::Debug for Gguf {
@@ -383,6 +387,7 @@ impl Gguf {
     fn from_backing(backing: Backing) -> Result<Gguf, GgufError> {
         let p = parse::parse(backing.bytes())?;
         let rows16 = (0..p.tensors.len()).map(|_| std::sync::OnceLock::new()).collect();
+        let plain = (0..p.tensors.len()).map(|_| std::sync::OnceLock::new()).collect();
         Ok(Gguf {
             version: p.version,
             alignment: p.alignment,
@@ -393,6 +398,7 @@ impl Gguf {
             tensor_index: p.tensor_index,
             backing,
             rows16,
+            plain,
         })
     }
 

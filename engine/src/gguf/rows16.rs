@@ -44,7 +44,7 @@ impl Gguf {
 
     /// A mapped file's whole pages inside `bytes` (one of its tensors) leave the
     /// resident set; read again, they fault back in from the file.
-    fn drop_plain_pages(&self, bytes: &[u8]) {
+    pub(super) fn drop_plain_pages(&self, bytes: &[u8]) {
         let Backing::Mmap(m) = &self.backing else { return };
         const PAGE: usize = 4096;
         let start = bytes.as_ptr() as usize - m.as_ptr() as usize;

@@ -78,7 +78,7 @@ impl Runner {
                     name: &info.name,
                     ty: info.ty,
                     shape: super::weight_shape(info),
-                    bytes: self.gguf.tensor_bytes(info),
+                    bytes: self.gguf.host_bytes(w.tensor).unwrap_or_else(|| self.gguf.tensor_bytes(info)),
                     rows16: self.gguf.rows16(w.tensor),
                 }
             })

@@ -500,24 +500,32 @@ impl Runner {
     }
 
     /// The `rows16` copies (`Gguf::prepare_rows16`) of the weights that the matmuls and
-    /// experts of host-memory dies read: made once, at the first plan (load time), so
-    /// the CPU kernels never transpose their rows per call (`PN_NO_REPACK=1`: none).
+    /// experts of host-memory dies read, and plain huge-page copies
+    /// (`Gguf::prepare_plain_copies`) of the other weights those dies read but the
+    /// embedding (a few rows a step): made once, at the first plan (load time), so the
+    /// CPU kernels never transpose their rows per call (`PN_NO_REPACK=1`: no `rows16`)
+    /// and no weight faults in from the file during a pass.
     fn prepare_rows16(&self, graph: &Graph, plan: &Plan, prog: &Program) {
-        // the inputs of those ops, then the weights among them
-        let read: std::collections::HashSet<NodeId> = plan
-            .segments
-            .iter()
-            .filter(|s| self.memory[s.die] == Memory::Host)
-            .flat_map(|s| &s.nodes)
-            .map(|&id| graph.node(id))
-            .filter(|node| matches!(node.op, pn_ops::Op::MatMul | pn_ops::Op::MoeExperts { .. }))
-            .flat_map(|node| node.inputs.iter().copied())
-            .collect();
-        let ixs: Vec<usize> = prog.weights.iter().filter(|w| read.contains(&w.node)).map(|w| w.tensor).collect();
+        let host_nodes = || {
+            plan.segments
+                .iter()
+                .filter(|s| self.memory[s.die] == Memory::Host)
+                .flat_map(|s| &s.nodes)
+                .map(|&id| graph.node(id))
+        };
+        let inputs_of = |keep: &dyn Fn(&pn_ops::Op) -> bool| -> Vec<usize> {
+            let read: std::collections::HashSet<NodeId> =
+                host_nodes().filter(|node| keep(&node.op)).flat_map(|node| node.inputs.iter().copied()).collect();
+            prog.weights.iter().filter(|w| read.contains(&w.node)).map(|w| w.tensor).collect()
+        };
         let t0 = std::time::Instant::now();
-        let made = self.gguf.prepare_rows16(&ixs);
-        if made > 0 && self.debug >= 1 {
-            eprintln!("[pn] rows16: {made} bytes of weights interleaved for the CPU in {:.2?}", t0.elapsed());
+        let made = self.gguf.prepare_rows16(&inputs_of(&|op| matches!(op, pn_ops::Op::MatMul | pn_ops::Op::MoeExperts { .. })));
+        let copied = self.gguf.prepare_plain_copies(&inputs_of(&|op| !matches!(op, pn_ops::Op::GetRows)));
+        if made + copied > 0 && self.debug >= 1 {
+            eprintln!(
+                "[pn] rows16: {made} bytes of weights interleaved for the CPU, {copied} bytes copied into huge pages, in {:.2?}",
+                t0.elapsed()
+            );
         }
     }
 

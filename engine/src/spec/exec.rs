@@ -183,7 +183,7 @@ impl Compiled {
             .map(|&ix| {
                 let info = &g.tensors[ix];
                 let shape = Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]);
-                WeightView { name: &info.name, ty: info.ty, shape, bytes: g.tensor_bytes(info), rows16: g.rows16(ix) }
+                WeightView { name: &info.name, ty: info.ty, shape, bytes: g.host_bytes(ix).unwrap_or_else(|| g.tensor_bytes(info)), rows16: g.rows16(ix) }
             })
             .collect();
         let ops = &self.kinds;
