@@ -40,7 +40,8 @@ impl Gguf {
             })
             .collect();
         let total = todo.last().map_or(0, |(_, src)| offsets[offsets.len() - 1] + src.len());
-        if total == 0 {
+        // tensors may overlap in a (hostile) file: the copies never exceed its size
+        if total == 0 || total > self.file_bytes().len() {
             return 0;
         }
         let Ok(mut dst) = memmap2::MmapMut::map_anon(total) else { return 0 };
