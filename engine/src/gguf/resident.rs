@@ -40,7 +40,8 @@ impl Gguf {
             })
             .collect();
         let total = todo.last().map_or(0, |(_, src)| offsets[offsets.len() - 1] + src.len());
-        // tensors may overlap in a (hostile) file: the copies never exceed its size
+        // the parser rejects overlapping tensors, so the copies fit in the file's size;
+        // kept as a bound on what a load may allocate
         if total == 0 || total > self.file_bytes().len() {
             return 0;
         }
