@@ -69,4 +69,18 @@ impl Gguf {
             None => self.try_tensor_bytes(info),
         }
     }
+
+    /// Tensor `ix` as a host kernel reads it: shape and type, its plain copy's bytes (or
+    /// the file's) and its `rows16` copy. Panics, as [`Gguf::tensor_bytes`], where `ix`
+    /// lies outside the file (the runner checks every weight when it plans).
+    pub fn weight_view(&self, ix: usize) -> pn_ops::WeightView<'_> {
+        let info = &self.tensors[ix];
+        pn_ops::WeightView {
+            name: &info.name,
+            ty: info.ty,
+            shape: pn_ops::Shape(info.ne.map(|n| n as usize)),
+            bytes: self.host_bytes(ix).unwrap_or_else(|| self.tensor_bytes(info)),
+            rows16: self.rows16(ix),
+        }
+    }
 }

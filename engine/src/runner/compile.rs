@@ -64,7 +64,7 @@ impl Runner {
                 });
             }
         }
-        self.prepare_rows16(&graph, &plan, &prog);
+        self.prepare_cpu_copies(&graph, &plan, &prog);
         if self.debug >= 1 {
             let (n, k, all) = (geom.n_tokens, geom.seqs, geom.all_logits);
             eprint!("[pn] plan for {n} tokens of {k} sequences (all logits: {all}):\n{}", plan.summary(&graph));
@@ -106,7 +106,7 @@ impl Runner {
     /// embedding (a few rows a step): made once, at the first plan (load time), so the
     /// CPU kernels never transpose their rows per call (`PN_NO_REPACK=1`: no `rows16`)
     /// and no weight faults in from the file during a pass.
-    fn prepare_rows16(&self, graph: &Graph, plan: &Plan, prog: &Program) {
+    fn prepare_cpu_copies(&self, graph: &Graph, plan: &Plan, prog: &Program) {
         let host_nodes = || {
             plan.segments
                 .iter()

@@ -69,20 +69,7 @@ impl Runner {
         let mut moves = Moves::default();
         self.place_states(plan, seqs, &mut moves)?;
         let phys = &prog.phys[..];
-        let views: Vec<WeightView<'_>> = prog
-            .weights
-            .iter()
-            .map(|w| {
-                let info = &self.gguf.tensors[w.tensor];
-                WeightView {
-                    name: &info.name,
-                    ty: info.ty,
-                    shape: super::weight_shape(info),
-                    bytes: self.gguf.host_bytes(w.tensor).unwrap_or_else(|| self.gguf.tensor_bytes(info)),
-                    rows16: self.gguf.rows16(w.tensor),
-                }
-            })
-            .collect();
+        let views: Vec<WeightView<'_>> = prog.weights.iter().map(|w| self.gguf.weight_view(w.tensor)).collect();
         let spans = SeqSpan::table(lens);
         let ids: SmallVec<[u64; 16]> = seqs.iter().map(|s| s.id()).collect();
         let step = self.profile.counters().steps;

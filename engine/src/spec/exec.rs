@@ -177,15 +177,7 @@ impl Compiled {
             };
             b.upload(*slot, &t).map_err(|e| op_err("(MTP input)", e))?;
         }
-        let views: Vec<WeightView<'_>> = self
-            .weights
-            .iter()
-            .map(|&ix| {
-                let info = &g.tensors[ix];
-                let shape = Shape([info.ne[0] as usize, info.ne[1] as usize, info.ne[2] as usize, info.ne[3] as usize]);
-                WeightView { name: &info.name, ty: info.ty, shape, bytes: g.host_bytes(ix).unwrap_or_else(|| g.tensor_bytes(info)), rows16: g.rows16(ix) }
-            })
-            .collect();
+        let views: Vec<WeightView<'_>> = self.weights.iter().map(|&ix| g.weight_view(ix)).collect();
         let ops = &self.kinds;
         let mut acc: Vec<(&'static str, u64)> = Vec::new();
         let mut t_last = Instant::now();
