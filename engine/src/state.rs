@@ -127,10 +127,6 @@ impl SeqState {
     pub fn fits(&self, n: usize) -> bool {
         self.overflow == Overflow::Ring || self.pos + n <= self.max_seq
     }
-    /// KV cells written so far (per head).
-    pub fn used_cells(&self) -> usize {
-        self.pos.min(self.max_seq)
-    }
     /// Copy of the state; costs the used cells, not `max_seq`. A layer a resident
     /// backend owns is copied from it (it stays there).
     /// Only the snapshot's part of a device-owned layer crosses to the host where its

@@ -153,7 +153,7 @@ fn every_fixture_plan_is_valid() {
                     assert!(plan.transfers.is_empty() && plan.segments.len() == 1);
                 }
                 for d in 0..plan.dies.len() {
-                    assert!(plan.mem.arena[d] > 0 && plan.mem.arena[d] <= plan.mem.naive[d]);
+                    assert!(plan.mem.peak_live(d) > 0 && plan.mem.peak_live(d) <= plan.mem.naive[d]);
                 }
             }
         }

@@ -1,6 +1,6 @@
 //! `PN_DEBUG` for the runner: 1 = one line per segment per step (time, ops, transfer
-//! bytes) plus capture counters and the step's host ↔ device copies ([`Moves`]); 2 = also a per-op-kind timing table (count, total,
-//! mean, % of step time), printed when the runner is dropped (so `pn run` shows one table
+//! bytes) plus capture counters and the step's host ↔ device copies ([`Counters`]); 2 =
+//! also a per-op-kind timing table (count, total, mean, % of step time), printed when the runner is dropped (so `pn run` shows one table
 //! for the whole generation); 3 = also a value summary line per executed op.
 //! `PN_PROFILE=nodes` (with `PN_DEBUG≥2`) splits the timing table by node name with the
 //! layer indices taken out (`MatMul blk.ffn_up_shexp`: that projection in every layer).
@@ -48,81 +48,51 @@ fn node_row(kind: &str, name: &str) -> String {
     format!("{kind} {}", name.chars().filter(|c| !c.is_ascii_digit()).collect::<String>())
 }
 
-/// Counters and timings of a runner.
-#[derive(Default)]
-pub struct Profile {
-    pub steps: AtomicU64,
-    /// Segment runs that happened uncaptured on a capturable unit (the first run).
-    pub captures: AtomicU64,
-    /// Segment runs replayed from a captured unit.
-    pub replays: AtomicU64,
-    /// Bytes copied between dies.
-    pub transfer_bytes: AtomicU64,
-    /// Host ↔ resident-backend traffic (see [`Moves`]).
-    moves: [AtomicU64; N_MOVES],
-    step_ns: AtomicU64,
-    ops: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+/// Declares [`Counters`] (fields with their docs) and its field-wise sum.
+macro_rules! counters {
+    ($($(#[doc = $d:literal])* $f:ident),* $(,)?) => {
+        /// A runner's counters: its totals ([`Profile::counters`]), or one step's, which
+        /// the runner gathers during the step and adds to the totals at its end.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct Counters {
+            $($(#[doc = $d])* pub $f: u64,)*
+        }
+        impl std::ops::AddAssign<&Counters> for Counters {
+            fn add_assign(&mut self, o: &Counters) {
+                $(self.$f += o.$f;)*
+            }
+        }
+    };
 }
 
-/// A snapshot of the counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    pub steps: u64,
-    pub captures: u64,
-    pub replays: u64,
-    pub transfer_bytes: u64,
+counters! {
+    steps,
+    /// Segment runs that happened uncaptured on a capturable unit (the first run).
+    captures,
+    /// Segment runs replayed from a captured unit.
+    replays,
+    /// Bytes copied between dies.
+    transfer_bytes,
     /// Host → resident backend copies of activations (graph inputs, values arriving from
     /// a host die or staged between two backends) and their bytes.
-    pub uploads: u64,
-    pub upload_bytes: u64,
+    uploads,
+    upload_bytes,
     /// Resident backend → host copies (values leaving for a host die, the graph output,
     /// observer copies) and their bytes.
-    pub downloads: u64,
-    pub download_bytes: u64,
+    downloads,
+    download_bytes,
     /// Die-to-die copies done by a backend hook (`Backend::copy_from`), and their bytes.
-    pub device_copies: u64,
-    pub device_copy_bytes: u64,
+    device_copies,
+    device_copy_bytes,
     /// Layer states moved by the runner to / from resident backends, and their bytes.
-    pub state_uploads: u64,
-    pub state_downloads: u64,
-    pub state_bytes: u64,
+    state_uploads,
+    state_downloads,
+    state_bytes,
 }
 
-const N_MOVES: usize = 9;
-
-/// Host ↔ device traffic of one step (same fields as in [`Counters`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Moves {
-    pub uploads: u64,
-    pub upload_bytes: u64,
-    pub downloads: u64,
-    pub download_bytes: u64,
-    pub device_copies: u64,
-    pub device_copy_bytes: u64,
-    pub state_uploads: u64,
-    pub state_downloads: u64,
-    pub state_bytes: u64,
-}
-
-impl Moves {
-    fn array(&self) -> [u64; N_MOVES] {
-        [
-            self.uploads,
-            self.upload_bytes,
-            self.downloads,
-            self.download_bytes,
-            self.device_copies,
-            self.device_copy_bytes,
-            self.state_uploads,
-            self.state_downloads,
-            self.state_bytes,
-        ]
-    }
-    pub fn is_zero(&self) -> bool {
-        self.array() == [0; N_MOVES]
-    }
-    /// The `PN_DEBUG` step line's part: `up N (B B), down N (B B), d2d N (B B), state up N down N (B B)`.
-    pub fn line(&self) -> String {
+impl Counters {
+    /// The `PN_DEBUG` step line's part: the host ↔ device traffic.
+    pub fn moves_line(&self) -> String {
         format!(
             "host->device {} ({} B), device->host {} ({} B), die-to-die {} ({} B), state up {} down {} ({} B)",
             self.uploads,
@@ -138,38 +108,24 @@ impl Moves {
     }
 }
 
+/// Counters and timings of a runner.
+#[derive(Default)]
+pub struct Profile {
+    totals: Mutex<Counters>,
+    step_ns: AtomicU64,
+    ops: Mutex<BTreeMap<&'static str, (u64, u64)>>,
+}
+
 impl Profile {
     pub fn counters(&self) -> Counters {
-        let m: [u64; N_MOVES] = std::array::from_fn(|i| self.moves[i].load(Ordering::Relaxed));
-        Counters {
-            steps: self.steps.load(Ordering::Relaxed),
-            captures: self.captures.load(Ordering::Relaxed),
-            replays: self.replays.load(Ordering::Relaxed),
-            transfer_bytes: self.transfer_bytes.load(Ordering::Relaxed),
-            uploads: m[0],
-            upload_bytes: m[1],
-            downloads: m[2],
-            download_bytes: m[3],
-            device_copies: m[4],
-            device_copy_bytes: m[5],
-            state_uploads: m[6],
-            state_downloads: m[7],
-            state_bytes: m[8],
-        }
+        *self.totals.lock().expect("profile lock")
     }
-    /// Adds one step's host ↔ device traffic.
-    pub fn add_moves(&self, m: &Moves) {
-        if m.is_zero() {
-            return;
-        }
-        for (a, v) in self.moves.iter().zip(m.array()) {
-            a.fetch_add(v, Ordering::Relaxed);
-        }
-    }
-    pub fn add_step(&self, d: Duration) {
-        self.steps.fetch_add(1, Ordering::Relaxed);
-        self.step_ns
-            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+    /// Adds one step: its counters and its time.
+    pub fn add_step(&self, step: &Counters, d: Duration) {
+        let mut t = self.totals.lock().expect("profile lock");
+        *t += step;
+        t.steps += 1;
+        self.step_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
     /// Adds per-op-kind timings gathered during one step.
     pub fn add_ops(&self, local: &BTreeMap<&'static str, (u64, u64)>) {
@@ -190,10 +146,7 @@ impl Profile {
         let mut rows: Vec<_> = m.iter().collect();
         let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0).max(14);
         rows.sort_by_key(|(_, (_, ns))| std::cmp::Reverse(*ns));
-        let mut s = format!(
-            "[pn] per-op timing over {} steps\n",
-            self.steps.load(Ordering::Relaxed)
-        );
+        let mut s = format!("[pn] per-op timing over {} steps\n", self.counters().steps);
         let _ = writeln!(
             s,
             "[pn] {:<w$} {:>9} {:>12} {:>11} {:>7}",

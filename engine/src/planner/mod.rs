@@ -10,12 +10,11 @@
 //! 2. segments: maximal runs of nodes on one die, with an explicit [`Transfer`] for every
 //!    computed value read on the other die (for a layer split: the boundary hidden state
 //!    `l_out-{split-1}`, and nothing else).
-//! 3. memory ([`memory`]): per-die arenas by liveness, offsets fixed for the geometry;
-//!    [`MemPlan::slots`] turns the same lifetimes into buffer slots (values with disjoint
-//!    lifetimes share one), which the runner executes: each slot is one persistent
-//!    buffer per die, shared by all geometries and reserved for the worst case
-//!    (`ubatch` tokens), that the backend writes op outputs into
-//!    (`HostKernels::kernel_into`; a device backend its own buffers), so a step allocates no activations.
+//! 3. memory ([`memory`]): every value's lifetime on its die; [`MemPlan::slots`] turns
+//!    them into buffer slots (values with disjoint lifetimes share one): each slot is one
+//!    persistent buffer per die, shared by all geometries and reserved for the worst case
+//!    (`ubatch` tokens), that the backend writes op outputs into, so a step allocates no
+//!    activations.
 //! 4. capture units: segments of a stable geometry (decode, 1 token) are marked
 //!    capturable; the runner replays them from a prebuilt op list after one plain run
 //!    (the CUDA backend will capture them as CUDA graphs).
@@ -35,7 +34,7 @@ pub use place::{Cause, DieIx, NodePlan, Segment, Transfer};
 
 use crate::graph::{Graph, NodeId};
 use crate::model::Geometry;
-use pn_ops::{DType, Op};
+use pn_ops::DType;
 use std::fmt::Write;
 use thiserror::Error;
 
@@ -56,8 +55,6 @@ pub enum PlanError {
     },
     #[error("segment {seg}: expected nodes of die {die} in graph order, found node %{node}")]
     BadSegment { seg: usize, die: usize, node: usize },
-    #[error("memory plan: {0}")]
-    Memory(String),
 }
 
 /// A segment that may be captured (its geometry is stable step after step).
@@ -136,39 +133,19 @@ pub fn plan(g: &Graph, p: &Placement, n_layer: usize, geom: Geometry) -> Result<
 
 /// Lifetimes over the schedule (per segment: transfers in, inputs, then its nodes).
 fn memory_plan(g: &Graph, pl: &place::Placed, n_dies: usize) -> MemPlan {
-    let mut bufs: Vec<memory::Buffer> = Vec::new();
-    let mut index = std::collections::HashMap::new();
-    let mut step = 0usize;
-    type Index = std::collections::HashMap<(usize, DieIx), usize>;
-    let open = |index: &mut Index,
-                bufs: &mut Vec<memory::Buffer>,
-                v: NodeId,
-                die: DieIx,
-                kind: BufKind,
-                step: usize| {
-        index.insert((v.index(), die), bufs.len());
-        let bytes = memory::align(crate::dump::node_bytes(g.node(v)));
-        bufs.push(memory::Buffer {
-            value: v,
-            die,
-            kind,
-            offset: 0,
-            bytes,
-            start: step,
-            end: step,
-        });
+    let mut bufs: Vec<Buffer> = Vec::new();
+    // the buffer of (value, die)
+    let mut index: std::collections::HashMap<(usize, DieIx), usize> = std::collections::HashMap::new();
+    let open = |index: &mut std::collections::HashMap<_, _>, bufs: &mut Vec<Buffer>, value: NodeId, die: DieIx, kind: BufKind, step: usize| {
+        index.insert((value.index(), die), bufs.len());
+        let bytes = memory::align(crate::dump::node_bytes(g.node(value)));
+        bufs.push(Buffer { value, die, kind, bytes, start: step, end: step });
     };
+    let mut step = 0usize;
     for s in &pl.segments {
         for &t in &s.transfers_in {
             let tr = &pl.transfers[t];
-            open(
-                &mut index,
-                &mut bufs,
-                tr.value,
-                tr.to,
-                BufKind::TransferIn,
-                step,
-            );
+            open(&mut index, &mut bufs, tr.value, tr.to, BufKind::TransferIn, step);
             let src = index[&(tr.value.index(), tr.from)];
             bufs[src].end = bufs[src].end.max(step);
             step += 1;
@@ -190,18 +167,17 @@ fn memory_plan(g: &Graph, pl: &place::Placed, n_dies: usize) -> MemPlan {
         }
     }
     for &o in &g.outputs {
-        let die = pl.nodes[o.index()].die;
-        if let Some(&b) = index.get(&(o.index(), die)) {
+        if let Some(&b) = index.get(&(o.index(), pl.nodes[o.index()].die)) {
             bufs[b].end = step;
         }
     }
-    MemPlan::assign(bufs, n_dies)
+    MemPlan::new(bufs, n_dies)
 }
 
 impl Plan {
     /// Checks the invariants: every node placed, segments are maximal same-die runs in
     /// graph order, no edge crosses dies without a transfer (or a per-die leaf), every
-    /// layer state on one die, no two live buffers overlap.
+    /// layer state on one die.
     pub fn validate(&self, g: &Graph) -> Result<(), PlanError> {
         let die_name = |d: DieIx| {
             self.dies
@@ -260,9 +236,7 @@ impl Plan {
                 }
             }
         }
-        self.mem
-            .validate()
-            .map_err(|o| PlanError::Memory(o.to_string()))
+        Ok(())
     }
 
     /// `@cpu:0 seg=2 cause=default` (a leaf on both dies: `@cpu:0+cpu:1`).
@@ -281,11 +255,6 @@ impl Plan {
         };
         let seg = np.seg.map_or("-".to_string(), |s| s.to_string());
         format!("@{at} seg={seg} cause={}", np.cause)
-    }
-
-    /// The device a node runs on.
-    pub fn device_of(&self, node: NodeId) -> crate::planner::Device {
-        self.dies[self.nodes[node.index()].die]
     }
 
     /// Bytes crossing between dies per step.
@@ -312,14 +281,8 @@ impl Plan {
             self.n_layer
         );
         for (d, dev) in self.dies.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "#   die {d} {dev}: {}; arena {} bytes (no reuse: {}, peak live: {})",
-                layers(d),
-                self.mem.arena[d],
-                self.mem.naive[d],
-                self.mem.peak_live(d)
-            );
+            let (peak, naive) = (self.mem.peak_live(d), self.mem.naive[d]);
+            let _ = writeln!(s, "#   die {d} {dev}: {}; values: {peak} bytes live at most ({naive} without reuse)", layers(d));
         }
         for seg in &self.segments {
             let cap = if self.capture[seg.id].stable {
@@ -348,21 +311,5 @@ impl Plan {
             );
         }
         s
-    }
-
-    /// Counts of (weights, computed nodes) per die, for tests and reports.
-    pub fn nodes_per_die(&self, g: &Graph) -> Vec<(usize, usize)> {
-        let mut v = vec![(0, 0); self.dies.len()];
-        for id in g.order() {
-            let np = &self.nodes[id.index()];
-            match g.node(id).op {
-                Op::Weight { .. } => (0..self.dies.len())
-                    .filter(|d| np.on & (1 << d) != 0)
-                    .for_each(|d| v[d].0 += 1),
-                _ if !g.node(id).op.is_leaf() => v[np.die].1 += 1,
-                _ => {}
-            }
-        }
-        v
     }
 }

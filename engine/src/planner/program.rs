@@ -1,26 +1,24 @@
 //! The runner's prebuilt op list for one plan: per segment, the transfers in, the inputs
 //! to materialize and the ops with their inputs resolved to value slots or weight
-//! indices, their state index and the values that die after them. Built once per
-//! geometry, so a step does no graph walking, name lookup or hashing.
+//! indices and their state index. Built once per geometry, so a step does no graph
+//! walking, name lookup or hashing.
 //!
-//! Every value slot is bound to a buffer slot of the memory plan ([`Program::phys`],
-//! from [`super::MemPlan::slots`]): values whose lifetimes are disjoint share one
-//! persistent buffer, which the backend overwrites in place (`HostKernels::kernel_into`; a device backend its own buffers).
+//! Value slot `v` is the value of the memory plan's `buffers[v]`, bound to a buffer slot
+//! ([`Program::phys`], from [`super::MemPlan::slots`]): values whose lifetimes are disjoint
+//! share one persistent buffer, which the backend overwrites in place.
 
 use super::{DieIx, Plan};
 use crate::graph::{Graph, NodeId};
 use pn_ops::{DType, Op};
 use smallvec::SmallVec;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// Buffer slot classes (a slot never changes element type; the graph output is handed to
 /// the caller, so it gets a slot of its own).
 pub const CLASS_F32: usize = 0;
 pub const CLASS_I32: usize = 1;
 pub const CLASS_OUTPUT: usize = 2;
-/// Values the memory plan has no buffer for (none today): one private slot each.
-pub const CLASS_PRIVATE: usize = 3;
-pub const N_CLASSES: usize = 4;
+pub const N_CLASSES: usize = 3;
 
 /// Where a value slot lives: (die, class, buffer slot).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,9 +48,6 @@ pub struct OpStep {
     pub inputs: SmallVec<[Src; 6]>,
     pub state: Option<usize>,
     pub out: u32,
-    /// Value slots whose last reader is this op (their buffer slot is free after it; the
-    /// runner keeps the buffer for the next value assigned to it).
-    pub frees: SmallVec<[u32; 4]>,
 }
 
 #[derive(Clone, Debug)]
@@ -75,9 +70,6 @@ pub struct WeightRef {
 #[derive(Clone, Debug)]
 pub struct Program {
     pub segs: Vec<SegProgram>,
-    pub n_values: usize,
-    /// Inputs and transfer destinations (refilled at the start of their segment).
-    pub persistent: Vec<bool>,
     pub weights: Vec<WeightRef>,
     pub output: u32,
     /// The buffer slot of each value slot.
@@ -87,45 +79,17 @@ pub struct Program {
 }
 
 /// Builds the program; `tensor_of` maps a weight name to its GGUF tensor index.
-pub fn build(
-    g: &Graph,
-    plan: &Plan,
-    tensor_of: &dyn Fn(&str) -> Option<usize>,
-) -> Result<Program, String> {
-    let mut slot: HashMap<(usize, DieIx), u32> = HashMap::new();
-    let mut persistent: Vec<bool> = Vec::new();
-    // (node, die) of every value slot, in creation order
-    let mut order_keys: Vec<(usize, DieIx)> = Vec::new();
-    let mut new_slot = |slot: &mut HashMap<(usize, DieIx), u32>,
-                        key: (usize, DieIx),
-                        keep: bool,
-                        persistent: &mut Vec<bool>|
-     -> u32 {
-        let s = persistent.len() as u32;
-        persistent.push(keep);
-        order_keys.push(key);
-        slot.insert(key, s);
-        s
-    };
+pub fn build(g: &Graph, plan: &Plan, tensor_of: &dyn Fn(&str) -> Option<usize>) -> Result<Program, String> {
+    let bufs = &plan.mem.buffers;
+    let slot: HashMap<(usize, DieIx), u32> = bufs.iter().enumerate().map(|(v, b)| ((b.value.index(), b.die), v as u32)).collect();
+    let at = |n: NodeId, die: DieIx| slot.get(&(n.index(), die)).copied().ok_or_else(|| format!("%{} has no buffer on die {die}", n.index()));
     let mut weights: Vec<WeightRef> = Vec::new();
-    let mut weight_ix: HashMap<usize, u32> = HashMap::new();
-    let mut segs = Vec::new();
-    // last reader (segment, op index) of each slot
-    let mut last: HashMap<u32, (usize, usize)> = HashMap::new();
-    for (si, s) in plan.segments.iter().enumerate() {
-        let mut sp = SegProgram {
-            die: s.die,
-            transfers: Vec::new(),
-            inputs: Vec::new(),
-            ops: Vec::new(),
-        };
-        for &t in &s.transfers_in {
-            let tr = &plan.transfers[t];
-            let src = *slot
-                .get(&(tr.value.index(), tr.from))
-                .ok_or("transfer of a value not computed yet")?;
-            let dst = new_slot(&mut slot, (tr.value.index(), tr.to), true, &mut persistent);
-            sp.transfers.push((src, dst, tr.bytes, tr.value));
+    let mut weight_ix: HashMap<NodeId, u32> = HashMap::new();
+    let mut segs = Vec::with_capacity(plan.segments.len());
+    for s in &plan.segments {
+        let mut sp = SegProgram { die: s.die, transfers: Vec::new(), inputs: Vec::new(), ops: Vec::new() };
+        for tr in s.transfers_in.iter().map(|&t| &plan.transfers[t]) {
+            sp.transfers.push((at(tr.value, tr.from)?, at(tr.value, tr.to)?, tr.bytes, tr.value));
         }
         for &i in &s.inputs {
             let kind = match g.node(i).op {
@@ -133,108 +97,40 @@ pub fn build(
                 Op::Positions => InputKind::Positions,
                 _ => return Err(format!("input %{} is not a graph input", i.index())),
             };
-            let v = new_slot(&mut slot, (i.index(), s.die), true, &mut persistent);
-            sp.inputs.push((v, kind, i));
+            sp.inputs.push((at(i, s.die)?, kind, i));
         }
         for &id in &s.nodes {
             let n = g.node(id);
             let mut inputs = SmallVec::new();
             for &i in &n.inputs {
-                if let Op::Weight { name } = &g.node(i).op {
-                    let w = match weight_ix.get(&i.index()) {
+                inputs.push(match &g.node(i).op {
+                    Op::Weight { name } => Src::Weight(match weight_ix.get(&i) {
                         Some(&w) => w,
                         None => {
-                            let tensor = tensor_of(name)
-                                .ok_or_else(|| format!("weight {name} is not in the GGUF"))?;
+                            let tensor = tensor_of(name).ok_or_else(|| format!("weight {name} is not in the GGUF"))?;
                             weights.push(WeightRef { node: i, tensor });
-                            weight_ix.insert(i.index(), weights.len() as u32 - 1);
+                            weight_ix.insert(i, weights.len() as u32 - 1);
                             weights.len() as u32 - 1
                         }
-                    };
-                    inputs.push(Src::Weight(w));
-                } else {
-                    let v = *slot.get(&(i.index(), s.die)).ok_or_else(|| {
-                        format!("%{} reads %{} not on its die", id.index(), i.index())
-                    })?;
-                    last.insert(v, (si, sp.ops.len()));
-                    inputs.push(Src::Val(v));
-                }
+                    }),
+                    _ => Src::Val(at(i, s.die)?),
+                });
             }
-            let out = new_slot(&mut slot, (id.index(), s.die), false, &mut persistent);
-            sp.ops.push(OpStep {
-                node: id,
-                inputs,
-                state: n.op.state(),
-                out,
-                frees: SmallVec::new(),
-            });
-        }
-        // transfer sources are read by the transfer (kept until then)
-        for &(src, _, _, _) in &sp.transfers {
-            let e = last.entry(src).or_insert((si, 0));
-            *e = (*e).max((si, 0));
+            sp.ops.push(OpStep { node: id, inputs, state: n.op.state(), out: at(id, s.die)? });
         }
         segs.push(sp);
     }
     let out_node = *g.outputs.first().ok_or("the graph has no output")?;
-    let output = *slot
-        .get(&(out_node.index(), plan.nodes[out_node.index()].die))
-        .ok_or("the output is not computed")?;
-    // Bind value slots to the memory plan's buffers (created in the same order: per
-    // segment transfers in, inputs, then nodes), then to their buffer slots.
-    let mut bufq: HashMap<(usize, DieIx), VecDeque<usize>> = HashMap::new();
-    for (i, b) in plan.mem.buffers.iter().enumerate() {
-        bufq.entry((b.value.index(), b.die)).or_default().push_back(i);
-    }
-    let class_of = |node: usize| -> usize {
-        if g.outputs.first().map(|o| o.index()) == Some(node) {
-            CLASS_OUTPUT
-        } else if g.node(NodeId::new(node)).out.dtype == DType::I32 {
-            CLASS_I32
-        } else {
-            CLASS_F32
-        }
+    let output = at(out_node, plan.nodes[out_node.index()].die)?;
+    let class_of = |v: usize| match bufs[v].value {
+        node if node == out_node => CLASS_OUTPUT,
+        node if g.node(node).out.dtype == DType::I32 => CLASS_I32,
+        _ => CLASS_F32,
     };
-    let slots = plan
-        .mem
-        .slots(&|i| class_of(plan.mem.buffers[i].value.index()));
-    let mut slot_bytes = slots.bytes.clone();
+    let slots = plan.mem.slots(&class_of);
+    let phys = (0..bufs.len()).map(|v| Phys { die: bufs[v].die, class: class_of(v), slot: slots.of[v] }).collect();
+    let mut slot_bytes = slots.bytes;
     slot_bytes.resize(plan.dies.len().max(slot_bytes.len()), Vec::new());
-    for d in &mut slot_bytes {
-        d.resize(N_CLASSES, Vec::new());
-    }
-    let mut phys = Vec::with_capacity(persistent.len());
-    for &(node, die) in &order_keys {
-        match bufq.get_mut(&(node, die)).and_then(VecDeque::pop_front) {
-            Some(i) => phys.push(Phys {
-                die,
-                class: class_of(node),
-                slot: slots.of[i],
-            }),
-            None => {
-                let private = &mut slot_bytes[die][CLASS_PRIVATE];
-                private.push(crate::dump::node_bytes(g.node(NodeId::new(node))));
-                phys.push(Phys {
-                    die,
-                    class: CLASS_PRIVATE,
-                    slot: private.len() - 1,
-                });
-            }
-        }
-    }
-    for (v, (si, k)) in last {
-        // outputs and persistent slots are never freed by the op list
-        if v != output && !persistent[v as usize] {
-            segs[si].ops[k].frees.push(v);
-        }
-    }
-    Ok(Program {
-        segs,
-        n_values: persistent.len(),
-        persistent,
-        weights,
-        output,
-        phys,
-        slot_bytes,
-    })
+    slot_bytes.iter_mut().for_each(|d| d.resize(N_CLASSES, Vec::new()));
+    Ok(Program { segs, weights, output, phys, slot_bytes })
 }

@@ -7,7 +7,7 @@ use super::arena::Arena;
 use super::{Compiled, Observer, RunError, Runner, Taps};
 use crate::backend::{ExecError, PassIo};
 use crate::model::Geometry;
-use crate::planner::debug::{self, Moves};
+use crate::planner::debug::{self, Counters};
 use crate::planner::program::{InputKind, SegProgram};
 use crate::state::SeqState;
 use pn_ops::{DType, LayerState, OpError, SeqSpan, Shape, Tensor, TensorData, WeightView};
@@ -66,8 +66,8 @@ impl Runner {
         let mut guard = self.arena.lock().expect("arena lock");
         let arena: &mut Arena = &mut guard;
         self.reserve_for(&c, arena)?;
-        let mut moves = Moves::default();
-        self.place_states(plan, seqs, &mut moves)?;
+        let mut step_counts = Counters::default();
+        self.place_states(plan, seqs, &mut step_counts)?;
         let phys = &prog.phys[..];
         let views: Vec<WeightView<'_>> = prog.weights.iter().map(|w| self.gguf.weight_view(w.tensor)).collect();
         let spans = SeqSpan::table(lens);
@@ -78,13 +78,13 @@ impl Runner {
         for (si, sp) in prog.segs.iter().enumerate() {
             let t0 = Instant::now();
             let die = &self.dies[sp.die];
-            let moved = self.transfers_in(sp, graph, phys, arena, &mut moves)?;
+            let moved = self.transfers_in(sp, graph, phys, arena, &mut step_counts)?;
             for &(v, kind, node) in &sp.inputs {
                 let p = phys[v as usize];
                 let slot = arena.get_mut(p);
                 fill_input(slot, kind, tokens, seqs, lens);
                 let t = slot.as_ref().expect("filled above");
-                self.upload(p, graph.node(node), t, &mut moves)?;
+                self.upload(p, graph.node(node), t, &mut step_counts)?;
                 if plan.nodes[node.index()].seg == Some(si) {
                     if let Some(obs) = observer.as_mut() {
                         obs(graph.node(node), t);
@@ -94,43 +94,30 @@ impl Runner {
             let stable = plan.capture[si].stable;
             let replay = stable && c.captured[si].load(Ordering::Relaxed);
             self.run_segment(&c, si, sp, &views, &spans, &ids, seqs, observer, &mut op_times)?;
-            let unit = if stable {
+            if stable {
                 c.captured[si].store(true, Ordering::Relaxed);
-                let counter = if replay {
-                    &self.profile.replays
-                } else {
-                    &self.profile.captures
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                if replay {
-                    " replay"
-                } else {
-                    " capture"
-                }
-            } else {
-                ""
-            };
-            self.profile
-                .transfer_bytes
-                .fetch_add(moved as u64, Ordering::Relaxed);
+                *if replay { &mut step_counts.replays } else { &mut step_counts.captures } += 1;
+            }
+            step_counts.transfer_bytes += moved as u64;
             if self.debug >= 1 {
                 let ms = t0.elapsed().as_secs_f64() * 1e3;
-                eprintln!(
-                    "[pn] step {step} seg {si} @{}: {} ops {ms:.3} ms, transfer in {moved} B{unit}",
-                    die.device,
-                    sp.ops.len()
-                );
+                let unit = match (stable, replay) {
+                    (false, _) => "",
+                    (true, false) => " capture",
+                    (true, true) => " replay",
+                };
+                eprintln!("[pn] step {step} seg {si} @{}: {} ops {ms:.3} ms, transfer in {moved} B{unit}", die.device, sp.ops.len());
             }
         }
         let p_out = phys[prog.output as usize];
         let mut out = arena.take(p_out);
         let node = graph.node(*graph.outputs.first().expect("checked by program::build"));
-        self.download(p_out, node, &mut out, &mut moves)?;
+        self.download(p_out, node, &mut out, &mut step_counts)?;
         if let (Some(h), Some((v, id))) = (taps.hidden.as_mut(), c.hidden) {
             // staged in the arena's host buffer of that slot (reused pass after pass)
             let p = phys[v as usize];
             let mut t = arena.take(p);
-            let res = self.download(p, graph.node(id), &mut t, &mut moves);
+            let res = self.download(p, graph.node(id), &mut t, &mut step_counts);
             if res.is_ok() {
                 h.extend_from_slice(t.as_f32());
             }
@@ -140,8 +127,7 @@ impl Runner {
         for (st, &n) in seqs.iter_mut().zip(lens) {
             st.pos += n;
         }
-        self.profile.add_step(step_t0.elapsed());
-        self.profile.add_moves(&moves);
+        self.profile.add_step(&step_counts, step_t0.elapsed());
         if self.debug >= 2 {
             self.profile.add_ops(&op_times);
         }
@@ -161,7 +147,7 @@ impl Runner {
                 k.replays,
                 bufs.join(", "),
                 arena.grown,
-                moves.line()
+                step_counts.moves_line()
             );
         }
         Ok(out)

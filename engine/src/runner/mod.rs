@@ -367,50 +367,14 @@ impl Runner {
     }
 
     /// Bytes per die the runner's buffer slots take for the worst-case geometry
-    /// (`ubatch` tokens, all logits) and every geometry run so far: what
-    /// [`crate::planner::MemPlan::slots`] assigns, reserved once so buffers never move
-    /// between steps. (The plan's offset arena, `Plan::mem.arena`, is the lower bound a
-    /// single block would need.)
+    /// (`ubatch` tokens, all logits) and every geometry run so far: what the passes
+    /// reserve once, so buffers never move between steps.
     pub fn memory_reservation(&self) -> Result<Vec<(Device, usize)>, RunError> {
         let worst = self.compiled(Geometry::one(self.ubatch.max(1), true))?;
-        // per die and class: the largest size of each slot over the compiled programs
-        let mut sizes: Vec<Vec<Vec<usize>>> = Vec::new();
-        let compiled: Vec<Arc<Compiled>> = self
-            .compiled
-            .lock()
-            .expect("plan cache lock")
-            .values()
-            .cloned()
-            .collect();
-        for c in compiled.iter().chain([&worst]) {
-            for (d, classes) in c.prog.slot_bytes.iter().enumerate() {
-                if sizes.len() <= d {
-                    sizes.resize(d + 1, Vec::new());
-                }
-                for (k, slots) in classes.iter().enumerate() {
-                    if sizes[d].len() <= k {
-                        sizes[d].resize(k + 1, Vec::new());
-                    }
-                    let v = &mut sizes[d][k];
-                    if v.len() < slots.len() {
-                        v.resize(slots.len(), 0);
-                    }
-                    for (x, &b) in v.iter_mut().zip(slots) {
-                        *x = (*x).max(b);
-                    }
-                }
-            }
-        }
-        Ok(worst
-            .plan
-            .dies
-            .iter()
-            .enumerate()
-            .map(|(d, &dev)| {
-                let bytes = sizes.get(d).map_or(0, |c| c.iter().flatten().sum());
-                (dev, bytes)
-            })
-            .collect())
+        let compiled: Vec<Arc<Compiled>> = self.compiled.lock().expect("plan cache lock").values().cloned().collect();
+        let mut a = arena::Arena::default();
+        compiled.iter().chain([&worst]).for_each(|c| drop(a.reserve(&c.prog)));
+        Ok(worst.plan.dies.iter().enumerate().map(|(d, &dev)| (dev, a.bytes(d).0)).collect())
     }
 
     /// Evaluate `tokens` (appended to the sequence) and return logits for every token

@@ -7,10 +7,9 @@ use super::arena::Arena;
 use super::{RunError, Runner};
 use crate::backend::{Memory, SlotId, SlotSpec};
 use crate::graph::{Graph, Node};
-use crate::planner::debug::Moves;
+use crate::planner::debug::Counters;
 use crate::planner::program::{Phys, SegProgram, CLASS_I32};
 use crate::planner::Plan;
-use crate::state::resident::StateMoves;
 use crate::state::SeqState;
 use pn_ops::{DType, OpError, Tensor, TensorData};
 
@@ -68,7 +67,7 @@ impl Runner {
     }
 
     /// Host tensor `t` (the value of `node`) → slot `p`.
-    pub(super) fn upload(&self, p: Phys, node: &Node, t: &Tensor, m: &mut Moves) -> Result<(), RunError> {
+    pub(super) fn upload(&self, p: Phys, node: &Node, t: &Tensor, m: &mut Counters) -> Result<(), RunError> {
         self.dies[p.die]
             .backend
             .upload(self.slot_id(p), t)
@@ -81,7 +80,7 @@ impl Runner {
     }
 
     /// Slot `p` (the value of `node`) → host tensor `t`.
-    pub(super) fn download(&self, p: Phys, node: &Node, t: &mut Tensor, m: &mut Moves) -> Result<(), RunError> {
+    pub(super) fn download(&self, p: Phys, node: &Node, t: &mut Tensor, m: &mut Counters) -> Result<(), RunError> {
         self.dies[p.die]
             .backend
             .download(self.slot_id(p), &node.out, t)
@@ -95,24 +94,20 @@ impl Runner {
 
     /// Places every layer state the plan uses on its die: uploaded to a device die's
     /// backend (once; it stays there step after step), home for a host-memory die.
-    pub(super) fn place_states(&self, plan: &Plan, seqs: &mut [&mut SeqState], m: &mut Moves) -> Result<(), RunError> {
+    pub(super) fn place_states(&self, plan: &Plan, seqs: &mut [&mut SeqState], m: &mut Counters) -> Result<(), RunError> {
         if !self.memory.contains(&Memory::Device) && !seqs.iter().any(|s| s.is_resident()) {
             return Ok(());
         }
-        let mut sm = StateMoves::default();
         for (s, die) in plan.state_die.iter().enumerate() {
             let Some(d) = *die else { continue };
             for st in seqs.iter_mut() {
                 if self.on_device(d) {
-                    st.place(s, &self.dies[d].backend, &mut sm)?;
+                    st.place(s, &self.dies[d].backend, m)?;
                 } else {
-                    st.bring_home(s, Some(&mut sm))?;
+                    st.bring_home(s, Some(&mut *m))?;
                 }
             }
         }
-        m.state_uploads += sm.uploads;
-        m.state_downloads += sm.downloads;
-        m.state_bytes += sm.bytes;
         Ok(())
     }
 
@@ -125,7 +120,7 @@ impl Runner {
         graph: &Graph,
         phys: &[Phys],
         arena: &mut Arena,
-        m: &mut Moves,
+        m: &mut Counters,
     ) -> Result<usize, RunError> {
         let mut moved = 0;
         for &(src, dst, bytes, node) in &sp.transfers {

@@ -18,6 +18,7 @@
 
 use super::SeqState;
 use crate::backend::{Backend, StateKey, StateOp, StateReply};
+use crate::planner::debug::Counters;
 use pn_ops::{LayerSnapshot, LayerState, OpError};
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,14 +39,6 @@ pub struct MoveError {
 
 fn move_err(layer: usize, action: &'static str, b: &dyn Backend, e: OpError) -> MoveError {
     MoveError { layer, action, backend: b.name().to_string(), msg: e.to_string() }
-}
-
-/// Layer-state moves done by the runner (counted in its `Counters`).
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct StateMoves {
-    pub uploads: u64,
-    pub downloads: u64,
-    pub bytes: u64,
 }
 
 fn same(a: &Arc<dyn Backend>, b: &Arc<dyn Backend>) -> bool {
@@ -123,22 +116,22 @@ impl SeqState {
     }
 
     /// Moves layer `l` home from its owner (no-op when the host owns it).
-    pub(crate) fn bring_home(&mut self, l: usize, moves: Option<&mut StateMoves>) -> Result<(), MoveError> {
+    pub(crate) fn bring_home(&mut self, l: usize, moves: Option<&mut Counters>) -> Result<(), MoveError> {
         let Some(b) = self.res.owner(l).cloned() else { return Ok(()) };
         let key = self.key(l);
         b.state(StateOp::Download(key, &mut self.layers[l])).map_err(|e| move_err(l, "download", &*b, e))?;
         let _ = b.state(StateOp::Release(key));
         self.res.set(l, self.layers.len(), None);
         if let Some(m) = moves {
-            m.downloads += 1;
-            m.bytes += self.layers[l].bytes() as u64;
+            m.state_downloads += 1;
+            m.state_bytes += self.layers[l].bytes() as u64;
         }
         Ok(())
     }
 
     /// Makes the device backend `b` own layer `l` (home from another owner first, then
     /// uploaded). No-op when `b` owns it already or the layer does not exist.
-    pub(crate) fn place(&mut self, l: usize, b: &Arc<dyn Backend>, moves: &mut StateMoves) -> Result<(), MoveError> {
+    pub(crate) fn place(&mut self, l: usize, b: &Arc<dyn Backend>, moves: &mut Counters) -> Result<(), MoveError> {
         if l >= self.layers.len() {
             return Ok(());
         }
@@ -150,8 +143,8 @@ impl SeqState {
         }
         b.state(StateOp::Upload(self.key(l), &mut self.layers[l])).map_err(|e| move_err(l, "upload", &**b, e))?;
         self.res.set(l, self.layers.len(), Some(b));
-        moves.uploads += 1;
-        moves.bytes += self.layers[l].bytes() as u64;
+        moves.state_uploads += 1;
+        moves.state_bytes += self.layers[l].bytes() as u64;
         Ok(())
     }
 
