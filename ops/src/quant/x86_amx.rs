@@ -10,17 +10,16 @@
 //! - per sub-block (Q4_K / Q5_K below `SPLIT_MIN_TOKENS`, IQ4_XS): one `tdpbsud` (signed
 //!   activations × unsigned codes) per 32-element sub-block, each accumulator row scaled
 //!   by the sub-block's scales (`vpmulld`, as `dot16`) and summed;
-//! - split (Q4_K / Q5_K): the scales folded into the codes in two parts ([`Split`]), a
+//! - split (Q4_K / Q5_K from `SPLIT_MIN_TOKENS`, Q6_K): the scales folded into the codes
+//!   in two parts ([`Split`]; Q6_K: code·scale as two signed bytes, `tdpbssd`), a
 //!   super-block in 8 full-size products and two accumulators; two token tiles a pass
 //!   where there are 32 tokens (`products16_split2`: each `B` load shared, four
-//!   independent accumulators);
-//! - digits (Q6_K): the signed scales as base-4 digits ([`Digits`]), `tdpbssd`, four
-//!   accumulators.
+//!   independent accumulators).
 //! Integer sums are exact in any order, so every lane is bitwise the single-row kernel's
 //! (and `vec_dot`'s): results do not depend on whether a machine has AMX.
 //!
 //! Tiles: tmm0/tmm1 accumulators (16 × 64 bytes), tmm2/tmm3 `A` (16 tokens × K bytes),
-//! tmm4..tmm7 `B` (K/4 × 64 bytes), K = 32 (per sub-block) or 64 (split, digits; there
+//! tmm4..tmm7 `B` (K/4 × 64 bytes), K = 32 (per sub-block) or 64 (split; there
 //! every tile is 16 × 64 and tmm2/tmm3 also serve as accumulators). Alternating pairs let
 //! one product run while the vector unit scales the previous one's. Each thread loads its
 //! configuration once per K (`configure`). A tile load into a register that a pending
@@ -28,7 +27,7 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, Split};
+use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_q6k, Split, Q6K_SHIFT};
 use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -226,90 +225,10 @@ unsafe fn isums16(pk: &Packed16, y: *const u8, astride: usize, buf: [&mut [i32; 
     isum
 }
 
-/// A packed Q6_K super-block with its signed scales folded into the codes through base-4
-/// digits in −2..2 (scale = Σ 4^i·d_i, three digits in −2..1 and the rest): `b[i]` =
-/// code·d_i, in −126..126, so signed bytes, and the super-block sums in four accumulators (4 tile
-/// products of 64 elements each): `isum` = Σ 4^i·C_i, the exact integer of
-/// Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-pub struct Digits {
-    b: [[__m512i; 64]; 4],
-}
-
-/// `pk`'s Q6_K codes times each base-4 digit of the sub-block scales into `out`.
-#[inline(always)]
-unsafe fn digits(pk: &Packed16, out: &mut Digits) {
-    // SAFETY (whole body): AVX-512 BW enabled in every caller; products in −126..126 never
-    // saturate `vpmaddubsw` and their low bytes are the signed bytes.
-    unsafe {
-        let (two, three, low) = (_mm512_set1_epi32(2), _mm512_set1_epi32(3), _mm512_set1_epi16(0xff));
-        for s in 0..16 {
-            let mut x = pk.sc[s];
-            for i in 0..4 {
-                // d = ((x + 2) mod 4) − 2 ∈ −2..1, x = (x − d) / 4 (exact); what is left
-                // after three digits, −2..2, is the fourth
-                let d = if i < 3 { _mm512_sub_epi32(_mm512_and_si512(_mm512_add_epi32(x, two), three), two) } else { x };
-                x = _mm512_srai_epi32::<2>(_mm512_sub_epi32(x, d));
-                // (d, 0) i16 pairs: d's low byte then zero (d sign-extended would spill into
-                // the odd byte's product)
-                let dl = _mm512_and_si512(d, _mm512_set1_epi32(0xff));
-                let even = _mm512_or_si512(dl, _mm512_slli_epi32::<16>(dl));
-                let odd = _mm512_slli_epi16::<8>(even);
-                for g in 0..4 {
-                    let w = pk.w[4 * s + g];
-                    let e = _mm512_and_si512(_mm512_maddubs_epi16(w, even), low);
-                    let o = _mm512_slli_epi16::<8>(_mm512_maddubs_epi16(w, odd));
-                    out.b[i][4 * s + g] = _mm512_or_si512(e, o);
-                }
-            }
-        }
-    }
-}
-
-/// The integer sums of digit super-block `dg` for 16 tokens whose Q8_K blocks start at
-/// `y + j·astride`: 16 tile products of 64 elements, four stores.
-#[inline(always)]
-unsafe fn isums16_digits(dg: &Digits, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) -> [__m512i; 16] {
-    let mut isum = [_mm512_setzero_si512(); 16];
-    // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
-    // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, digit i's codes at
-    // `b[i][16c..]`.
-    unsafe {
-        let q = y.add(Q8_K_QS);
-        asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
-        for c in 0..4 {
-            asm!(
-                "tileloadd tmm4, [{a} + {s}*1]",
-                "tileloadd tmm5, [{b0} + {bs}*1]",
-                "tileloadd tmm6, [{b1} + {bs}*1]",
-                "tileloadd tmm7, [{b2} + {bs}*1]",
-                "tdpbssd tmm0, tmm4, tmm5",
-                "tdpbssd tmm1, tmm4, tmm6",
-                "tdpbssd tmm2, tmm4, tmm7",
-                "tileloadd tmm5, [{b3} + {bs}*1]",
-                "tdpbssd tmm3, tmm4, tmm5",
-                a = in(reg) q.add(64 * c), s = in(reg) astride,
-                b0 = in(reg) dg.b[0].as_ptr().add(16 * c), b1 = in(reg) dg.b[1].as_ptr().add(16 * c),
-                b2 = in(reg) dg.b[2].as_ptr().add(16 * c), b3 = in(reg) dg.b[3].as_ptr().add(16 * c),
-                bs = in(reg) 64usize,
-                options(nostack),
-            );
-        }
-        store4(buf);
-        for (j, is) in isum.iter_mut().enumerate() {
-            let ld = |i: usize| _mm512_loadu_si512(buf[i][16 * j..].as_ptr() as *const _);
-            let v = _mm512_add_epi32(_mm512_slli_epi32::<2>(ld(3)), ld(2));
-            let v = _mm512_add_epi32(_mm512_slli_epi32::<2>(v), ld(1));
-            *is = _mm512_add_epi32(_mm512_slli_epi32::<2>(v), ld(0));
-        }
-    }
-    isum
-}
-
-/// Tokens from which Q4_K / Q5_K take the split form and Q6_K the digit form (folding
-/// the scales costs about what one 16-token tile saves); Q6_K below it stays on
-/// `x86_pack16` (its 16-element sub-blocks would make quarter-size tile products).
+/// Tokens from which Q4_K / Q5_K take the split form (folding the scales costs about what
+/// one 16-token tile saves). Q6_K takes it whenever it takes the tiles
+/// (`x86_block::AMX_Q6K_MIN_TOKENS`; its 16-element sub-blocks would make quarter-size
+/// tile products per sub-block).
 pub(super) const SPLIT_MIN_TOKENS: usize = 128;
 
 /// Tokens of a last, partial tile that run through `x86_pack16` instead of a tile
@@ -321,7 +240,6 @@ pub(super) const VNNI_TAIL: usize = 8;
 pub struct ScratchAmx {
     pk: Scratch16,
     split: Vec<Split>,
-    digits: Vec<Digits>,
     c: Vec<[[i32; 256]; 4]>,
 }
 
@@ -387,33 +305,27 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         let split_shift = match F {
             Q4K if m >= split_from => 4,
             Q5K if m >= split_from => 3,
+            Q6K => Q6K_SHIFT,
             _ => 0,
         };
-        debug_assert!(F != Q6K || m >= split_from, "Q6_K takes the AMX path from split_from tokens");
-        configure(if split_shift > 0 || F == Q6K { 64 } else { 32 });
+        configure(if split_shift > 0 { 64 } else { 32 });
         // SAFETY: an all-zero bit pattern is a valid Packed16.
         sc.pk.pks.resize(nb, std::mem::zeroed());
         // per-sub-block products (Q4_K / Q5_K below the split form, IQ4_XS): the first
         // token tile packs each super-block one step ahead of its products (its tiles then
         // load from L1, not from a whole group packed into L2 first) and spreads the next
         // rows' prefetch over its blocks (one burst stalled the first products)
-        let ahead = m >= 16 && split_shift == 0 && F != Q6K && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0;
+        let ahead = m >= 16 && split_shift == 0 && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0;
         for i in 0..if ahead { 1 } else { nb } {
             pack16_from::<F, S>(src.block::<F>(i), &mut sc.pk.pks[i]);
-        }
-        if F == Q6K {
-            sc.digits.resize(nb, std::mem::zeroed());
-            for (pk, dg) in sc.pk.pks.iter().zip(sc.digits.iter_mut()) {
-                digits(pk, dg);
-            }
         }
         if split_shift > 0 {
             sc.split.resize(nb, std::mem::zeroed());
             for (pk, sp) in sc.pk.pks.iter().zip(sc.split.iter_mut()) {
-                if split_shift == 4 {
-                    split::<4>(pk, sp);
-                } else {
-                    split::<3>(pk, sp);
+                match split_shift {
+                    4 => split::<4>(pk, sp),
+                    3 => split::<3>(pk, sp),
+                    _ => split_q6k(pk, sp),
                 }
             }
         }
@@ -436,12 +348,17 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 let (a1, a2) = (a.add(t0 * astride), a.add((t0 + 16) * astride));
                 let (mut s1, mut s2) = ([_mm512_setzero_ps(); 16], [_mm512_setzero_ps(); 16]);
                 for (i, pk) in sc.pk.pks.iter().enumerate() {
-                    products16_split2(&sc.split[i], a1.add(i * Q8_K_BYTES), a2.add(i * Q8_K_BYTES), astride, buf);
-                    let [b0, b1, b2, b3] = &*buf;
-                    let (i1, i2) = if split_shift == 4 {
-                        (split_isums::<4>(b0, b1), split_isums::<4>(b2, b3))
+                    let (y1, y2) = (a1.add(i * Q8_K_BYTES), a2.add(i * Q8_K_BYTES));
+                    if F == Q6K {
+                        products16_split2::<true>(&sc.split[i], y1, y2, astride, buf);
                     } else {
-                        (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3))
+                        products16_split2::<false>(&sc.split[i], y1, y2, astride, buf);
+                    }
+                    let [b0, b1, b2, b3] = &*buf;
+                    let (i1, i2) = match split_shift {
+                        4 => (split_isums::<4>(b0, b1), split_isums::<4>(b2, b3)),
+                        3 => (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3)),
+                        _ => (split_isums::<Q6K_SHIFT>(b0, b1), split_isums::<Q6K_SHIFT>(b2, b3)),
                     };
                     finish16::<D, 16>(pk, i, a1, astride, &i1, &mut s1);
                     finish16::<D, 16>(pk, i, a2, astride, &i2, &mut s2);
@@ -476,9 +393,9 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 let y = at.add(i * Q8_K_BYTES);
                 let [b0, b1, _, _] = &mut *buf;
                 let isum = match split_shift {
-                    _ if F == Q6K => isums16_digits(&sc.digits[i], y, astride, buf),
-                    4 => isums16_split::<4>(&sc.split[i], y, astride, [b0, b1]),
-                    3 => isums16_split::<3>(&sc.split[i], y, astride, [b0, b1]),
+                    Q6K_SHIFT => isums16_split::<Q6K_SHIFT, true>(&sc.split[i], y, astride, [b0, b1]),
+                    4 => isums16_split::<4, false>(&sc.split[i], y, astride, [b0, b1]),
+                    3 => isums16_split::<3, false>(&sc.split[i], y, astride, [b0, b1]),
                     _ => isums16(pk, y, astride, [b0, b1]),
                 };
                 finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
@@ -495,11 +412,11 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
 mod tests {
     use super::*;
     #[test]
-    fn digits_rebuild_code_times_scale() {
+    fn q6k_split_rebuilds_code_times_scale() {
         if !has_amx() {
             return;
         }
-        // SAFETY: AVX-512 present (has_amx); all-zero Packed16 / Digits are valid.
+        // SAFETY: AVX-512 present (has_amx); all-zero Packed16 / Split are valid.
         unsafe {
             let mut pk: Packed16 = std::mem::zeroed();
             let mut w = [0u8; 64 * 64];
@@ -511,17 +428,21 @@ mod tests {
             for (i, v) in sc.iter_mut().enumerate() {
                 *v = ((i * 97) % 256) as i32 - 128;
             }
+            // the extremes: code 63 against scale -128 and 127, code 0
+            sc[0] = -128;
+            sc[1] = 127;
             pk.sc = std::mem::transmute::<[i32; 256], [__m512i; 16]>(sc);
-            let mut dg: Digits = std::mem::zeroed();
-            digits(&pk, &mut dg);
-            let b: [[i8; 4096]; 4] = std::mem::transmute(dg.b);
+            let mut sp: Split = std::mem::zeroed();
+            split_q6k(&pk, &mut sp);
+            let (hi, lo): ([i8; 4096], [i8; 4096]) = (std::mem::transmute(sp.hi), std::mem::transmute(sp.lo));
             for v in 0..64 {
                 let s = v / 4;
                 for byte in 0..64 {
                     let lane = byte / 4;
                     let want = w[v * 64 + byte] as i32 * sc[s * 16 + lane];
-                    let got: i32 = (0..4).map(|i| (b[i][v * 64 + byte] as i32) << (2 * i)).sum();
-                    assert_eq!(got, want, "vector {v} byte {byte}");
+                    let (h, l) = (hi[v * 64 + byte] as i32, lo[v * 64 + byte] as i32);
+                    assert!((0..64).contains(&l), "vector {v} byte {byte}: lo {l}");
+                    assert_eq!((h << Q6K_SHIFT) + l, want, "vector {v} byte {byte}");
                 }
             }
         }

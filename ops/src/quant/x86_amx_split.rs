@@ -1,24 +1,27 @@
-//! The split form of `x86_amx` (Q4_K / Q5_K from `SPLIT_MIN_TOKENS` tokens): each
-//! sub-block's 6-bit scale folded into the codes in two parts, so a whole super-block sums
-//! in full-size (K = 64) tile products without a store per sub-block, and two token tiles
-//! can share each `B` tile. Exact: `(C_hi << SHIFT) + C_lo` is the same integer as
-//! Σ_s scale_s · Σ products (see [`Split`]).
+//! The split form of `x86_amx` (Q4_K / Q5_K from `SPLIT_MIN_TOKENS` tokens, Q6_K whenever
+//! it takes the tiles): each sub-block's scale folded into the codes in two parts, so a
+//! whole super-block sums in full-size (K = 64) tile products without a store per
+//! sub-block, and two token tiles can share each `B` tile. Exact: `(C_hi << SHIFT) + C_lo`
+//! is the same integer as Σ_s scale_s · Σ products (see [`Split`]).
 
 use super::q8::Q8_K_QS;
 use super::x86_pack16::Packed16;
 use std::arch::asm;
 use std::arch::x86_64::*;
 
-/// A packed Q4_K / Q5_K super-block with the scales folded into the codes, in two parts:
-/// scale = 2^SHIFT·hi + lo (Q4_K: SHIFT 4, codes < 16; Q5_K: SHIFT 3, codes < 32), so
-/// that code·lo and code·hi are bytes (< 256) and a whole super-block (4 tile products
-/// of 64 elements per part) sums in the accumulators: `isum` = (C_hi << SHIFT) + C_lo,
-/// the same exact integer as Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
+/// A packed K-quant super-block with the scales folded into the codes, in two parts.
+/// Q4_K / Q5_K ([`split`]): scale = 2^SHIFT·hi + lo (Q4_K: SHIFT 4, codes < 16; Q5_K:
+/// SHIFT 3, codes < 32), so that code·lo and code·hi are unsigned bytes (< 256). Q6_K
+/// ([`split_q6k`]): the product itself, code·scale (codes 0..63, scales −128..127) =
+/// 64·hi + lo with lo in 0..63 and hi in −126..125, both signed bytes. A whole
+/// super-block (4 tile products of 64 elements per part) sums in the accumulators:
+/// `isum` = (C_hi << SHIFT) + C_lo, the same exact integer as Σ_s scale_s · Σ products
+/// (|C_hi| ≤ 256·127·126, so C_hi << 6 fits an i32). `w`'s layout (`Packed16`).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub(super) struct Split {
-    hi: [__m512i; 64],
-    lo: [__m512i; 64],
+    pub(super) hi: [__m512i; 64],
+    pub(super) lo: [__m512i; 64],
 }
 
 /// `pk`'s codes times the two parts of each sub-block's scale (lane r = row r) into `out`.
@@ -47,10 +50,42 @@ pub(super) unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
     }
 }
 
-/// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
-/// `y + j·astride`: 8 tile products of 64 elements, two stores.
+/// Q6_K's shift: code·scale = (hi << 6) + lo.
+pub(super) const Q6K_SHIFT: u32 = 6;
+
+/// `pk`'s Q6_K codes (0..63) times their 16-element sub-block's signed scale (lane r =
+/// row r), as the two signed-byte parts of [`Split`].
 #[inline(always)]
-pub(super) unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
+pub(super) unsafe fn split_q6k(pk: &Packed16, out: &mut Split) {
+    // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the
+    // unsigned codes with (scale, 0) / (0, scale) signed-byte pairs gives the even / odd
+    // bytes' code·scale, |·| ≤ 63·128 (no saturation), as words.
+    unsafe {
+        let (six, byte) = (_mm512_set1_epi16(63), _mm512_set1_epi16(0xff));
+        for s in 0..16 {
+            let sc = _mm512_and_si512(pk.sc[s], _mm512_set1_epi32(0xff));
+            let even = _mm512_or_si512(sc, _mm512_slli_epi32::<16>(sc));
+            let odd = _mm512_slli_epi16::<8>(even);
+            for g in 0..4 {
+                let w = pk.w[4 * s + g];
+                let (xe, xo) = (_mm512_maddubs_epi16(w, even), _mm512_maddubs_epi16(w, odd));
+                let lo = _mm512_or_si512(_mm512_and_si512(xe, six), _mm512_slli_epi16::<8>(_mm512_and_si512(xo, six)));
+                let hi = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srai_epi16::<6>(xe), byte),
+                    _mm512_slli_epi16::<8>(_mm512_srai_epi16::<6>(xo)),
+                );
+                out.lo[4 * s + g] = lo;
+                out.hi[4 * s + g] = hi;
+            }
+        }
+    }
+}
+
+/// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
+/// `y + j·astride`: 8 tile products of 64 elements, two stores. `SIGNED`: the parts are
+/// signed bytes (Q6_K: `tdpbssd`), else unsigned (`tdpbsud`).
+#[inline(always)]
+pub(super) unsafe fn isums16_split<const SHIFT: u32, const SIGNED: bool>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
     // `hi/lo[16c..]`.
@@ -58,13 +93,13 @@ pub(super) unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, a
         let q = y.add(Q8_K_QS);
         let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
         macro_rules! chunk {
-            ($c:expr, $ta:literal, $th:literal, $tl:literal) => {
+            ($op:literal, $c:expr, $ta:literal, $th:literal, $tl:literal) => {
                 asm!(
                     "tileloadd tmm{ta}, [{a} + {s}*1]",
                     "tileloadd tmm{th}, [{h} + {bs}*1]",
                     "tileloadd tmm{tl}, [{l} + {bs}*1]",
-                    "tdpbsud tmm0, tmm{ta}, tmm{th}",
-                    "tdpbsud tmm1, tmm{ta}, tmm{tl}",
+                    concat!($op, " tmm0, tmm{ta}, tmm{th}"),
+                    concat!($op, " tmm1, tmm{ta}, tmm{tl}"),
                     ta = const $ta, th = const $th, tl = const $tl,
                     a = in(reg) q.add(64 * $c), s = in(reg) astride,
                     h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
@@ -72,11 +107,20 @@ pub(super) unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, a
                 )
             };
         }
+        macro_rules! chunks {
+            ($op:literal) => {{
+                chunk!($op, 0, 2, 4, 5);
+                chunk!($op, 1, 3, 6, 7);
+                chunk!($op, 2, 2, 4, 5);
+                chunk!($op, 3, 3, 6, 7);
+            }};
+        }
         asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
-        chunk!(0, 2, 4, 5);
-        chunk!(1, 3, 6, 7);
-        chunk!(2, 2, 4, 5);
-        chunk!(3, 3, 6, 7);
+        if SIGNED {
+            chunks!("tdpbssd");
+        } else {
+            chunks!("tdpbsud");
+        }
         asm!(
             "tilestored [{c0} + {bs}*1], tmm0",
             "tilestored [{c1} + {bs}*1], tmm1",
@@ -92,27 +136,36 @@ pub(super) unsafe fn isums16_split<const SHIFT: u32>(sp: &Split, y: *const u8, a
 /// chained accumulators wait on each product's latency). Tiles: C tmm0..tmm3 (tile 1 hi,
 /// lo, tile 2 hi, lo), A tmm4 / tmm5, B tmm6 / tmm7; all four C stored into `buf`.
 #[inline(always)]
-pub(super) unsafe fn products16_split2(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) {
+pub(super) unsafe fn products16_split2<const SIGNED: bool>(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) {
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y and at y2; chunk c's activations are at `+ Q8_K_QS + 64c`.
     unsafe {
         let (q, q2) = (y.add(Q8_K_QS), y2.add(Q8_K_QS));
         let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
         asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", "tilezero tmm3", options(nostack, nomem));
+        macro_rules! chunk {
+            ($op:literal, $c:expr) => {
+                asm!(
+                    "tileloadd tmm6, [{h} + {bs}*1]",
+                    "tileloadd tmm7, [{l} + {bs}*1]",
+                    "tileloadd tmm4, [{a} + {s}*1]",
+                    concat!($op, " tmm0, tmm4, tmm6"),
+                    concat!($op, " tmm1, tmm4, tmm7"),
+                    "tileloadd tmm5, [{a2} + {s}*1]",
+                    concat!($op, " tmm2, tmm5, tmm6"),
+                    concat!($op, " tmm3, tmm5, tmm7"),
+                    a = in(reg) q.add(64 * $c), a2 = in(reg) q2.add(64 * $c), s = in(reg) astride,
+                    h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
+                    options(nostack),
+                )
+            };
+        }
         for c in 0..4 {
-            asm!(
-                "tileloadd tmm6, [{h} + {bs}*1]",
-                "tileloadd tmm7, [{l} + {bs}*1]",
-                "tileloadd tmm4, [{a} + {s}*1]",
-                "tdpbsud tmm0, tmm4, tmm6",
-                "tdpbsud tmm1, tmm4, tmm7",
-                "tileloadd tmm5, [{a2} + {s}*1]",
-                "tdpbsud tmm2, tmm5, tmm6",
-                "tdpbsud tmm3, tmm5, tmm7",
-                a = in(reg) q.add(64 * c), a2 = in(reg) q2.add(64 * c), s = in(reg) astride,
-                h = in(reg) hi.add(16 * c), l = in(reg) lo.add(16 * c), bs = in(reg) 64usize,
-                options(nostack),
-            );
+            if SIGNED {
+                chunk!("tdpbssd", c);
+            } else {
+                chunk!("tdpbsud", c);
+            }
         }
         super::x86_amx::store4(buf);
     }

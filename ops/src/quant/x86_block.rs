@@ -259,11 +259,11 @@ pub fn vec_dot_block(
 }
 
 /// Whether a K-quant block (`kind`, `n`-element rows) of `m` tokens runs through the AMX
-/// tiles: the CPU has them, there are enough tokens (Q6_K: its digit form's break-even),
+/// tiles: the CPU has them, there are enough tokens (Q6_K: its split form's break-even),
 /// and the activation rows do not overlap (a tile load reads whole rows of 16 tokens).
 pub(super) fn takes_amx(kind: u8, m: usize, n: usize, astride: usize) -> bool {
     let from = if kind == x86_pack16::Q6K {
-        knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS).max(knob(KNOB_AMX_SPLIT_FROM, x86_amx::SPLIT_MIN_TOKENS))
+        knob(KNOB_AMX_Q6K_FROM, AMX_Q6K_MIN_TOKENS)
     } else {
         knob(KNOB_AMX_FROM, AMX_MIN_TOKENS)
     };
@@ -366,12 +366,14 @@ const PACK_MIN_TOKENS: usize = 4;
 /// 16.13 / 15.80 / 15.97 / 16.13; MatMul Q4_K 2048×4096 at 16 tokens 0.99 vs 1.23 ms.
 const AMX_MIN_TOKENS: usize = 16;
 
-/// Tokens from which Q6_K runs through the AMX tiles (its digit form: 16 tile products per
-/// super-block and 16 tokens, and the digits' folding per call). Measured (`moe_bench
-/// matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls interleaved, AMX vs `x86_pack16`,
-/// ms): 2048×8192 n=32 4.30 vs 3.30, n=64 6.50 vs 6.16, n=512 40.2 vs 46.7; 512×16384
-/// n=64 3.67 vs 4.01, n=512 48.5 vs 51.8.
-const AMX_Q6K_MIN_TOKENS: usize = 128;
+/// Tokens from which Q6_K runs through the AMX tiles (its split form, `x86_amx_split`: 8
+/// tile products per super-block and 16 tokens, and the scales' folding per call).
+/// Measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls
+/// interleaved, AMX vs `x86_pack16`, best ms): 2048×8192 n=16 3.49 vs 2.82, n=24 4.53 vs
+/// 4.15, n=32 4.84 vs 5.32, n=48 6.15 vs 7.83, n=128 10.2 vs 14.4, n=512 45.1 vs 58.6;
+/// 512×16384 n=16 1.94 vs 1.81, n=32 2.08 vs 2.21 (the earlier digit form, 16 products a
+/// super-block: n=32 4.30 vs 3.30, n=64 6.50 vs 6.16, n=512 40.2 vs 46.7).
+const AMX_Q6K_MIN_TOKENS: usize = 32;
 
 /// Tokens from which the AVX2 path (no VNNI) decodes Q4_K / Q5_K rows once per 8 rows
 /// (`x86_pack8`) instead of per row; Q6_K (its i16 sums chain only 2 groups: more
