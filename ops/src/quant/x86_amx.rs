@@ -7,11 +7,12 @@
 //! elements, loaded in place (stride = the activation row stride). Three forms, each
 //! giving, per (token, row, super-block), the exact i32 that `dot16`'s `vpdpbusd` chain
 //! gives, then `finish16`'s float step:
-//! - per sub-block (Q4_K / Q5_K below `SPLIT_MIN_TOKENS`, IQ4_XS): one `tdpbsud` (signed
+//! - per sub-block (Q4_K / Q5_K / IQ4_XS below `SPLIT_MIN_TOKENS`): one `tdpbsud` (signed
 //!   activations × unsigned codes) per 32-element sub-block, each accumulator row scaled
 //!   by the sub-block's scales (`vpmulld`, as `dot16`) and summed;
-//! - split (Q4_K / Q5_K from `SPLIT_MIN_TOKENS`, Q6_K): the scales folded into the codes
-//!   in two parts ([`Split`]; Q6_K: code·scale as two signed bytes, `tdpbssd`), a
+//! - split (Q4_K / Q5_K / IQ4_XS from `SPLIT_MIN_TOKENS`, Q6_K): the scales folded into
+//!   the codes in two parts ([`Split`]; Q6_K, IQ4_XS: value·scale as two signed bytes,
+//!   `tdpbssd`, no offset correction left), a
 //!   super-block in 8 full-size products and two accumulators; two token tiles a pass
 //!   where there are 32 tokens (`products16_split2`: each `B` load shared, four
 //!   independent accumulators).
@@ -27,8 +28,8 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_q6k, Split, Q6K_SHIFT};
-use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
+use super::x86_pack16::{self, finish16, finish16_signed, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -305,7 +306,8 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         let split_shift = match F {
             Q4K if m >= split_from => 4,
             Q5K if m >= split_from => 3,
-            Q6K => Q6K_SHIFT,
+            IQ4XS if m >= split_from => SIGNED_SHIFT,
+            Q6K => SIGNED_SHIFT,
             _ => 0,
         };
         configure(if split_shift > 0 { 64 } else { 32 });
@@ -322,10 +324,11 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         if split_shift > 0 {
             sc.split.resize(nb, std::mem::zeroed());
             for (pk, sp) in sc.pk.pks.iter().zip(sc.split.iter_mut()) {
-                match split_shift {
-                    4 => split::<4>(pk, sp),
-                    3 => split::<3>(pk, sp),
-                    _ => split_q6k(pk, sp),
+                match (split_shift, F) {
+                    (4, _) => split::<4>(pk, sp),
+                    (3, _) => split::<3>(pk, sp),
+                    (_, Q6K) => split_signed::<16, 4, 32>(pk, sp),
+                    _ => split_signed::<8, 8, 128>(pk, sp),
                 }
             }
         }
@@ -349,7 +352,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 let (mut s1, mut s2) = ([_mm512_setzero_ps(); 16], [_mm512_setzero_ps(); 16]);
                 for (i, pk) in sc.pk.pks.iter().enumerate() {
                     let (y1, y2) = (a1.add(i * Q8_K_BYTES), a2.add(i * Q8_K_BYTES));
-                    if F == Q6K {
+                    if split_shift == SIGNED_SHIFT {
                         products16_split2::<true>(&sc.split[i], y1, y2, astride, buf);
                     } else {
                         products16_split2::<false>(&sc.split[i], y1, y2, astride, buf);
@@ -358,10 +361,15 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                     let (i1, i2) = match split_shift {
                         4 => (split_isums::<4>(b0, b1), split_isums::<4>(b2, b3)),
                         3 => (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3)),
-                        _ => (split_isums::<Q6K_SHIFT>(b0, b1), split_isums::<Q6K_SHIFT>(b2, b3)),
+                        _ => (split_isums::<SIGNED_SHIFT>(b0, b1), split_isums::<SIGNED_SHIFT>(b2, b3)),
                     };
-                    finish16::<D, 16>(pk, i, a1, astride, &i1, &mut s1);
-                    finish16::<D, 16>(pk, i, a2, astride, &i2, &mut s2);
+                    if split_shift == SIGNED_SHIFT {
+                        finish16_signed::<16>(pk, i, a1, astride, &i1, &mut s1);
+                        finish16_signed::<16>(pk, i, a2, astride, &i2, &mut s2);
+                    } else {
+                        finish16::<D, 16>(pk, i, a1, astride, &i1, &mut s1);
+                        finish16::<D, 16>(pk, i, a2, astride, &i2, &mut s2);
+                    }
                 }
                 for (j, v) in s1.iter().chain(&s2).enumerate() {
                     x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
@@ -393,12 +401,16 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 let y = at.add(i * Q8_K_BYTES);
                 let [b0, b1, _, _] = &mut *buf;
                 let isum = match split_shift {
-                    Q6K_SHIFT => isums16_split::<Q6K_SHIFT, true>(&sc.split[i], y, astride, [b0, b1]),
+                    SIGNED_SHIFT => isums16_split::<SIGNED_SHIFT, true>(&sc.split[i], y, astride, [b0, b1]),
                     4 => isums16_split::<4, false>(&sc.split[i], y, astride, [b0, b1]),
                     3 => isums16_split::<3, false>(&sc.split[i], y, astride, [b0, b1]),
                     _ => isums16(pk, y, astride, [b0, b1]),
                 };
-                finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                if split_shift == SIGNED_SHIFT {
+                    finish16_signed::<16>(pk, i, at, astride, &isum, &mut sumf);
+                } else {
+                    finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                }
             }
             for (j, v) in sumf.iter().enumerate().take(mt) {
                 x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
@@ -412,37 +424,46 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
 mod tests {
     use super::*;
     #[test]
-    fn q6k_split_rebuilds_code_times_scale() {
+    fn signed_split_rebuilds_value_times_scale() {
         if !has_amx() {
             return;
         }
-        // SAFETY: AVX-512 present (has_amx); all-zero Packed16 / Split are valid.
-        unsafe {
-            let mut pk: Packed16 = std::mem::zeroed();
-            let mut w = [0u8; 64 * 64];
-            for (i, b) in w.iter_mut().enumerate() {
-                *b = ((i * 37 + 11) % 64) as u8;
-            }
-            pk.w = std::mem::transmute::<[u8; 4096], [__m512i; 64]>(w);
-            let mut sc = [0i32; 256];
-            for (i, v) in sc.iter_mut().enumerate() {
-                *v = ((i * 97) % 256) as i32 - 128;
-            }
-            // the extremes: code 63 against scale -128 and 127, code 0
-            sc[0] = -128;
-            sc[1] = 127;
-            pk.sc = std::mem::transmute::<[i32; 256], [__m512i; 16]>(sc);
-            let mut sp: Split = std::mem::zeroed();
-            split_q6k(&pk, &mut sp);
-            let (hi, lo): ([i8; 4096], [i8; 4096]) = (std::mem::transmute(sp.hi), std::mem::transmute(sp.lo));
-            for v in 0..64 {
-                let s = v / 4;
-                for byte in 0..64 {
-                    let lane = byte / 4;
-                    let want = w[v * 64 + byte] as i32 * sc[s * 16 + lane];
-                    let (h, l) = (hi[v * 64 + byte] as i32, lo[v * 64 + byte] as i32);
-                    assert!((0..64).contains(&l), "vector {v} byte {byte}: lo {l}");
-                    assert_eq!((h << Q6K_SHIFT) + l, want, "vector {v} byte {byte}");
+        // Q6_K (16 sub-blocks of 4 vectors, codes 0..63 = value + 32, scales -128..127) and
+        // IQ4_XS (8 of 8, codes 1..241 = value + 128, scales -32..31), every code against
+        // the scales' extremes
+        for (ns, off, codes, scales) in [(16usize, 32i32, 0..64i32, -128..128i32), (8, 128, 1..242, -32..32)] {
+            let gs = 64 / ns;
+            let (nc, nsc) = (codes.len(), scales.len());
+            // SAFETY: AVX-512 present (has_amx); all-zero Packed16 / Split are valid.
+            unsafe {
+                let mut pk: Packed16 = std::mem::zeroed();
+                let mut w = [0u8; 64 * 64];
+                for (i, b) in w.iter_mut().enumerate() {
+                    *b = (codes.start + ((i * 37 + 11) % nc) as i32) as u8;
+                }
+                pk.w = std::mem::transmute::<[u8; 4096], [__m512i; 64]>(w);
+                let mut sc = [0i32; 256];
+                for (i, v) in sc.iter_mut().enumerate() {
+                    *v = scales.start + ((i * 97) % nsc) as i32;
+                }
+                (sc[0], sc[1]) = (scales.start, scales.end - 1);
+                pk.sc = std::mem::transmute::<[i32; 256], [__m512i; 16]>(sc);
+                let mut sp: Split = std::mem::zeroed();
+                if ns == 16 {
+                    split_signed::<16, 4, 32>(&pk, &mut sp);
+                } else {
+                    split_signed::<8, 8, 128>(&pk, &mut sp);
+                }
+                let (hi, lo): ([i8; 4096], [i8; 4096]) = (std::mem::transmute(sp.hi), std::mem::transmute(sp.lo));
+                for v in 0..64 {
+                    let s = v / gs;
+                    for byte in 0..64 {
+                        let lane = byte / 4;
+                        let want = (w[v * 64 + byte] as i32 - off) * sc[s * 16 + lane];
+                        let (h, l) = (hi[v * 64 + byte] as i32, lo[v * 64 + byte] as i32);
+                        assert!((0..64).contains(&l), "{ns} sub-blocks, vector {v} byte {byte}: lo {l}");
+                        assert_eq!((h << SIGNED_SHIFT) + l, want, "{ns} sub-blocks, vector {v} byte {byte}");
+                    }
                 }
             }
         }

@@ -1,5 +1,5 @@
-//! The split form of `x86_amx` (Q4_K / Q5_K from `SPLIT_MIN_TOKENS` tokens, Q6_K whenever
-//! it takes the tiles): each sub-block's scale folded into the codes in two parts, so a
+//! The split form of `x86_amx` (Q4_K / Q5_K / IQ4_XS from `SPLIT_MIN_TOKENS` tokens, Q6_K
+//! whenever it takes the tiles): each sub-block's scale folded into the codes in two parts, so a
 //! whole super-block sums in full-size (K = 64) tile products without a store per
 //! sub-block, and two token tiles can share each `B` tile. Exact: `(C_hi << SHIFT) + C_lo`
 //! is the same integer as Σ_s scale_s · Σ products (see [`Split`]).
@@ -11,12 +11,11 @@ use std::arch::x86_64::*;
 
 /// A packed K-quant super-block with the scales folded into the codes, in two parts.
 /// Q4_K / Q5_K ([`split`]): scale = 2^SHIFT·hi + lo (Q4_K: SHIFT 4, codes < 16; Q5_K:
-/// SHIFT 3, codes < 32), so that code·lo and code·hi are unsigned bytes (< 256). Q6_K
-/// ([`split_q6k`]): the product itself, code·scale (codes 0..63, scales −128..127) =
-/// 64·hi + lo with lo in 0..63 and hi in −126..125, both signed bytes. A whole
-/// super-block (4 tile products of 64 elements per part) sums in the accumulators:
-/// `isum` = (C_hi << SHIFT) + C_lo, the same exact integer as Σ_s scale_s · Σ products
-/// (|C_hi| ≤ 256·127·126, so C_hi << 6 fits an i32). `w`'s layout (`Packed16`).
+/// SHIFT 3, codes < 32), so that code·lo and code·hi are unsigned bytes (< 256). Q6_K and
+/// IQ4_XS ([`split_signed`]): the product itself, value·scale = 64·hi + lo with lo in
+/// 0..63 and hi in −64..64, both signed bytes. A whole super-block (4 tile products of 64
+/// elements per part) sums in the accumulators: `isum` = (C_hi << SHIFT) + C_lo, the same
+/// exact integer as Σ_s scale_s · Σ products. `w`'s layout (`Packed16`).
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 pub(super) struct Split {
@@ -50,32 +49,40 @@ pub(super) unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
     }
 }
 
-/// Q6_K's shift: code·scale = (hi << 6) + lo.
-pub(super) const Q6K_SHIFT: u32 = 6;
+/// The signed split's shift: value·scale = (hi << 6) + lo.
+pub(super) const SIGNED_SHIFT: u32 = 6;
 
-/// `pk`'s Q6_K codes (0..63) times their 16-element sub-block's signed scale (lane r =
-/// row r), as the two signed-byte parts of [`Split`].
+/// `pk`'s values times their sub-block's signed scale (lane r = row r), as the two
+/// signed-byte parts of [`Split`]: `NS` sub-blocks of `GS` vectors, the codes' offset
+/// `OFF` taken out (value = code − OFF). Q6_K: 16 × 4, codes 0..63, OFF 32, scales
+/// −128..127; IQ4_XS: 8 × 8, codes 1..241 (the table's values + 128), OFF 128, scales
+/// −32..31. So |value·scale| ≤ 4096: hi in −64..64, lo in 0..63. The sums then need no
+/// offset correction (`finish16_signed`).
 #[inline(always)]
-pub(super) unsafe fn split_q6k(pk: &Packed16, out: &mut Split) {
+pub(super) unsafe fn split_signed<const NS: usize, const GS: usize, const OFF: i32>(pk: &Packed16, out: &mut Split) {
     // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the
     // unsigned codes with (scale, 0) / (0, scale) signed-byte pairs gives the even / odd
-    // bytes' code·scale, |·| ≤ 63·128 (no saturation), as words.
+    // bytes' code·scale as words, |·| ≤ 241·32 or 63·128 (no saturation); OFF·scale,
+    // |·| ≤ 4096, comes off each.
     unsafe {
         let (six, byte) = (_mm512_set1_epi16(63), _mm512_set1_epi16(0xff));
-        for s in 0..16 {
+        for s in 0..NS {
             let sc = _mm512_and_si512(pk.sc[s], _mm512_set1_epi32(0xff));
             let even = _mm512_or_si512(sc, _mm512_slli_epi32::<16>(sc));
             let odd = _mm512_slli_epi16::<8>(even);
-            for g in 0..4 {
-                let w = pk.w[4 * s + g];
-                let (xe, xo) = (_mm512_maddubs_epi16(w, even), _mm512_maddubs_epi16(w, odd));
+            let off = _mm512_mullo_epi32(pk.sc[s], _mm512_set1_epi32(OFF));
+            let off = _mm512_or_si512(_mm512_and_si512(off, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32::<16>(off));
+            for g in 0..GS {
+                let w = pk.w[GS * s + g];
+                let xe = _mm512_sub_epi16(_mm512_maddubs_epi16(w, even), off);
+                let xo = _mm512_sub_epi16(_mm512_maddubs_epi16(w, odd), off);
                 let lo = _mm512_or_si512(_mm512_and_si512(xe, six), _mm512_slli_epi16::<8>(_mm512_and_si512(xo, six)));
                 let hi = _mm512_or_si512(
                     _mm512_and_si512(_mm512_srai_epi16::<6>(xe), byte),
                     _mm512_slli_epi16::<8>(_mm512_srai_epi16::<6>(xo)),
                 );
-                out.lo[4 * s + g] = lo;
-                out.hi[4 * s + g] = hi;
+                out.lo[GS * s + g] = lo;
+                out.hi[GS * s + g] = hi;
             }
         }
     }

@@ -427,6 +427,23 @@ pub(super) unsafe fn finish16<const F: u8, const M: usize>(
     }
 }
 
+/// [`finish16`] of sums without the codes' offset (`x86_amx_split::split_signed`: Q6_K /
+/// IQ4_XS value·scale): `sumf[j]` += (d·yd)·isum[j], `finish16`'s Q6_K / IQ4_XS float
+/// steps on the integer its correction would have given.
+///
+/// # Safety
+/// As [`finish16`].
+#[inline(always)]
+pub(super) unsafe fn finish16_signed<const M: usize>(pk: &Packed16, i: usize, a: *const u8, astride: usize, isum: &[__m512i; M], sumf: &mut [__m512; M]) {
+    for (j, sf) in sumf.iter_mut().enumerate() {
+        // SAFETY: token j's block i: d @0.
+        unsafe {
+            let yd = _mm512_set1_ps((a.add(j * astride + i * Q8_K_BYTES) as *const f32).read_unaligned());
+            *sf = _mm512_add_ps(*sf, _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(isum[j])));
+        }
+    }
+}
+
 /// Scratch of [`group16`]: the packed super-blocks.
 #[derive(Default)]
 pub struct Scratch16 {
