@@ -367,12 +367,12 @@ const PACK_MIN_TOKENS: usize = 4;
 const AMX_MIN_TOKENS: usize = 16;
 
 /// Tokens from which Q6_K runs through the AMX tiles (its split form, `x86_amx_split`: 8
-/// tile products per super-block and 16 tokens, and the scales' folding per call).
-/// Measured (`moe_bench matmul_few_tokens`, Intel Xeon 6/207, 2 threads, calls
-/// interleaved, AMX vs `x86_pack16`, best ms): 2048×8192 n=16 3.49 vs 2.82, n=24 4.53 vs
-/// 4.15, n=32 4.84 vs 5.32, n=48 6.15 vs 7.83, n=128 10.2 vs 14.4, n=512 45.1 vs 58.6;
-/// 512×16384 n=16 1.94 vs 1.81, n=32 2.08 vs 2.21 (the earlier digit form, 16 products a
-/// super-block: n=32 4.30 vs 3.30, n=64 6.50 vs 6.16, n=512 40.2 vs 46.7).
+/// tile products per super-block and 16 tokens, the scales and the codes' offset folded
+/// per call, no bsum correction). Measured (`moe_bench matmul_few_tokens`, Intel Xeon
+/// 6/207, 2 threads, calls interleaved, AMX vs `x86_pack16`, best ms): 2048×8192 n=16
+/// 3.37 vs 2.76, n=24 4.17 vs 4.23, n=32 3.02 vs 3.78, n=128 7.46 vs 13.4, n=512 29.7 vs
+/// 56.4; 512×16384 n=16 1.74 vs 1.67, n=24 2.48 vs 2.42, n=32 2.68 vs 3.25 (the earlier
+/// digit form, 16 products a super-block: n=32 4.30 vs 3.30, n=512 40.2 vs 46.7).
 const AMX_Q6K_MIN_TOKENS: usize = 32;
 
 /// Tokens from which the AVX2 path (no VNNI) decodes Q4_K / Q5_K rows once per 8 rows
