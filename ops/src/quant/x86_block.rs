@@ -304,7 +304,7 @@ pub const KNOB_FUSED_Q6K_TO: usize = 4;
 /// `EXPERT_ROW_TOKENS`.
 pub const KNOB_MOE_LONG_FROM: usize = 5;
 pub const KNOB_MOE_ROW_TOKENS: usize = 6;
-/// `KNOBS[7]`: `AMX_MIN_TOKENS`; `KNOBS[8]`: `x86_amx`'s `SPLIT_MIN_TOKENS`.
+/// `KNOBS[7]`: `AMX_MIN_TOKENS`; `KNOBS[8]`: `x86_amx`'s `SPLIT_MIN_TOKENS` (and `IQ4XS_SPLIT_MIN_TOKENS`).
 pub const KNOB_AMX_FROM: usize = 7;
 pub const KNOB_AMX_SPLIT_FROM: usize = 8;
 /// `KNOBS[9]`: `AMX_Q6K_MIN_TOKENS`.
