@@ -53,7 +53,7 @@ fn block_matches_vec_dot_bitwise() {
         for r in 0..rows {
             w[r * ws..r * ws + wrb].copy_from_slice(&random_weight_row(&mut rng, ty, n));
         }
-        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 21, 32, 47, 130] {
+        for m in [1usize, 2, 3, 4, 5, 7, 8, 9, 16, 21, 32, 47, 130, 150] {
             let mut acts = vec![0u8; m * st];
             for j in 0..m {
                 let x: Vec<f32> = (0..n).map(|_| rng.normalish() * 2.0).collect();
@@ -75,7 +75,8 @@ fn block_matches_vec_dot_bitwise() {
 
 /// The packed kernels' i16 partial sums at their bounds: every weight code at its
 /// largest (all quant bits set) against activations of ±127 (all one sign, then
-/// alternating), 1..=17 tokens and the AMX tiles' 32, 47 and 130: exactly `vec_dot`.
+/// alternating), 1..=17 tokens and the AMX tiles' 32, 47, 130 and 150 (pairs of token tiles,
+/// a padded single tile): exactly `vec_dot`.
 #[test]
 fn block_extremes_match_vec_dot_bitwise() {
     use pn_ops::quant::vec_dot_block;
@@ -98,7 +99,7 @@ fn block_extremes_match_vec_dot_bitwise() {
         }
         for sign in [1.0f32, -1.0] {
             for alternate in [false, true] {
-                let m = 130;
+                let m = 150;
                 let mut acts = vec![0u8; m * rb];
                 for j in 0..m {
                     let x: Vec<f32> = (0..n)
@@ -106,7 +107,7 @@ fn block_extremes_match_vec_dot_bitwise() {
                         .collect();
                     quantize_row(a_ty, &x, &mut acts[j * rb..(j + 1) * rb]);
                 }
-                for mm in (1..=17).chain([32, 47, m]) {
+                for mm in (1..=17).chain([32, 47, 130, m]) {
                     let mut out = vec![0f32; rows * mm];
                     vec_dot_block(ty, n, &w, wrb, rows, &acts, rb, mm, &mut out, mm);
                     for r in 0..rows {

@@ -29,7 +29,7 @@
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
 use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
-use super::x86_pack16::{self, finish16, finish16_signed, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{self, finish16, finish16_mins, finish16_signed, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -248,7 +248,7 @@ pub(super) const VNNI_TAIL: usize = 8;
 pub struct ScratchAmx {
     pk: Scratch16,
     split: Vec<Split>,
-    c: Vec<[[i32; 256]; 4]>,
+    c: Vec<[[i32; 256]; 6]>,
 }
 
 /// Rows `0..nr` (1 ≤ nr ≤ 16) of `w` (stride `ws`, `nb` super-blocks of format `kind`)
@@ -342,7 +342,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         }
         // (a Vec of one: arrays of 256 have no Default to derive the scratch's)
         if sc.c.is_empty() {
-            sc.c.push([[0; 256]; 4]);
+            sc.c.push([[0; 256]; 6]);
         }
         let buf = &mut sc.c[0];
         // the next rows load while the first token tile computes (a block a step ahead:
@@ -365,7 +365,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                     } else {
                         products16_split2::<false>(&sc.split[i], y1, y2, astride, buf);
                     }
-                    let [b0, b1, b2, b3] = &*buf;
+                    let [b0, b1, b2, b3, m1, m2] = &*buf;
                     let (i1, i2) = match split_shift {
                         4 => (split_isums::<4>(b0, b1), split_isums::<4>(b2, b3)),
                         3 => (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3)),
@@ -375,8 +375,8 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                         finish16_signed::<16>(pk, i, a1, astride, &i1, &mut s1);
                         finish16_signed::<16>(pk, i, a2, astride, &i2, &mut s2);
                     } else {
-                        finish16::<D, 16>(pk, i, a1, astride, &i1, &mut s1);
-                        finish16::<D, 16>(pk, i, a2, astride, &i2, &mut s2);
+                        finish16_mins::<16>(pk, i, a1, astride, &i1, m1, &mut s1);
+                        finish16_mins::<16>(pk, i, a2, astride, &i2, m2, &mut s2);
                     }
                 }
                 for (j, v) in s1.iter().chain(&s2).enumerate() {
@@ -407,17 +407,24 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 }
                 let pk = &sc.pk.pks[i];
                 let y = at.add(i * Q8_K_BYTES);
-                let [b0, b1, _, _] = &mut *buf;
-                let isum = match split_shift {
-                    SIGNED_SHIFT => isums16_split::<SIGNED_SHIFT, true>(&sc.split[i], y, astride, [b0, b1]),
-                    4 => isums16_split::<4, false>(&sc.split[i], y, astride, [b0, b1]),
-                    3 => isums16_split::<3, false>(&sc.split[i], y, astride, [b0, b1]),
-                    _ => isums16(pk, y, astride, [b0, b1]),
-                };
-                if split_shift == SIGNED_SHIFT {
-                    finish16_signed::<16>(pk, i, at, astride, &isum, &mut sumf);
-                } else {
-                    finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                match split_shift {
+                    SIGNED_SHIFT => {
+                        let isum = isums16_split::<SIGNED_SHIFT, true>(&sc.split[i], y, astride, buf);
+                        finish16_signed::<16>(pk, i, at, astride, &isum, &mut sumf);
+                    }
+                    4 | 3 => {
+                        let isum = if split_shift == 4 {
+                            isums16_split::<4, false>(&sc.split[i], y, astride, buf)
+                        } else {
+                            isums16_split::<3, false>(&sc.split[i], y, astride, buf)
+                        };
+                        finish16_mins::<16>(pk, i, at, astride, &isum, &buf[2], &mut sumf);
+                    }
+                    _ => {
+                        let [b0, b1, ..] = &mut *buf;
+                        let isum = isums16(pk, y, astride, [b0, b1]);
+                        finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                    }
                 }
             }
             for (j, v) in sumf.iter().enumerate().take(mt) {

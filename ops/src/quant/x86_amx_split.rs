@@ -21,9 +21,14 @@ use std::arch::x86_64::*;
 pub(super) struct Split {
     pub(super) hi: [__m512i; 64],
     pub(super) lo: [__m512i; 64],
+    /// Q4_K / Q5_K: each element's sub-block min (lane r = row r, its byte four times):
+    /// the products with the activations are the min correction Σ_s m_s·bsum_s, exactly
+    /// what `finish16` sums from the bsums token by token.
+    pub(super) mn: [__m512i; 64],
 }
 
-/// `pk`'s codes times the two parts of each sub-block's scale (lane r = row r) into `out`.
+/// `pk`'s codes times the two parts of each sub-block's scale (lane r = row r) into `out`,
+/// and the mins' bytes.
 #[inline(always)]
 pub(super) unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
     // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the codes
@@ -31,7 +36,10 @@ pub(super) unsafe fn split<const SHIFT: u32>(pk: &Packed16, out: &mut Split) {
     // ones', each < 256 in its word (no saturation).
     unsafe {
         let low = _mm512_set1_epi32((1 << SHIFT) - 1);
+        let (ff, bytes4) = (_mm512_set1_epi32(0xff), _mm512_set1_epi32(0x0101_0101));
         for s in 0..8 {
+            let m4 = _mm512_mullo_epi32(_mm512_and_si512(pk.corr[s], ff), bytes4);
+            out.mn[8 * s..8 * s + 8].fill(m4);
             let sc = pk.sc[s];
             let parts = [_mm512_srli_epi32::<SHIFT>(sc), _mm512_and_si512(sc, low)];
             for (pi, &p) in parts.iter().enumerate() {
@@ -90,43 +98,63 @@ pub(super) unsafe fn split_signed<const NS: usize, const GS: usize, const OFF: i
 
 /// The integer sums of split super-block `sp` for 16 tokens whose Q8_K blocks start at
 /// `y + j·astride`: 8 tile products of 64 elements, two stores. `SIGNED`: the parts are
-/// signed bytes (Q6_K: `tdpbssd`), else unsigned (`tdpbsud`).
+/// signed bytes (Q6_K, IQ4_XS: `tdpbssd`); else unsigned (Q4_K, Q5_K: `tdpbsud`), and 4
+/// more products give the min correction, stored in `buf[2]` (row j: token j).
 #[inline(always)]
-pub(super) unsafe fn isums16_split<const SHIFT: u32, const SIGNED: bool>(sp: &Split, y: *const u8, astride: usize, buf: [&mut [i32; 256]; 2]) -> [__m512i; 16] {
+pub(super) unsafe fn isums16_split<const SHIFT: u32, const SIGNED: bool>(sp: &Split, y: *const u8, astride: usize, buf: &mut [[i32; 256]; 6]) -> [__m512i; 16] {
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y; chunk c's activations are at `y + Q8_K_QS + 64c`, its parts at
-    // `hi/lo[16c..]`.
+    // `hi/lo/mn[16c..]`.
     unsafe {
         let q = y.add(Q8_K_QS);
-        let (hi, lo) = (sp.hi.as_ptr(), sp.lo.as_ptr());
-        macro_rules! chunk {
-            ($op:literal, $c:expr, $ta:literal, $th:literal, $tl:literal) => {
-                asm!(
-                    "tileloadd tmm{ta}, [{a} + {s}*1]",
-                    "tileloadd tmm{th}, [{h} + {bs}*1]",
-                    "tileloadd tmm{tl}, [{l} + {bs}*1]",
-                    concat!($op, " tmm0, tmm{ta}, tmm{th}"),
-                    concat!($op, " tmm1, tmm{ta}, tmm{tl}"),
-                    ta = const $ta, th = const $th, tl = const $tl,
-                    a = in(reg) q.add(64 * $c), s = in(reg) astride,
-                    h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
-                    options(nostack),
-                )
-            };
-        }
-        macro_rules! chunks {
-            ($op:literal) => {{
-                chunk!($op, 0, 2, 4, 5);
-                chunk!($op, 1, 3, 6, 7);
-                chunk!($op, 2, 2, 4, 5);
-                chunk!($op, 3, 3, 6, 7);
-            }};
-        }
-        asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+        let (hi, lo, mn) = (sp.hi.as_ptr(), sp.lo.as_ptr(), sp.mn.as_ptr());
         if SIGNED {
-            chunks!("tdpbssd");
+            macro_rules! chunk {
+                ($c:expr, $ta:literal, $th:literal, $tl:literal) => {
+                    asm!(
+                        "tileloadd tmm{ta}, [{a} + {s}*1]",
+                        "tileloadd tmm{th}, [{h} + {bs}*1]",
+                        "tileloadd tmm{tl}, [{l} + {bs}*1]",
+                        "tdpbssd tmm0, tmm{ta}, tmm{th}",
+                        "tdpbssd tmm1, tmm{ta}, tmm{tl}",
+                        ta = const $ta, th = const $th, tl = const $tl,
+                        a = in(reg) q.add(64 * $c), s = in(reg) astride,
+                        h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), bs = in(reg) 64usize,
+                        options(nostack),
+                    )
+                };
+            }
+            asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+            chunk!(0, 2, 4, 5);
+            chunk!(1, 3, 6, 7);
+            chunk!(2, 2, 4, 5);
+            chunk!(3, 3, 6, 7);
         } else {
-            chunks!("tdpbsud");
+            // C tmm0 / tmm1 / tmm2 (hi, lo, min), A tmm3 / tmm7 by turns, B tmm4..tmm6
+            macro_rules! chunk {
+                ($c:expr, $ta:literal) => {
+                    asm!(
+                        "tileloadd tmm{ta}, [{a} + {s}*1]",
+                        "tileloadd tmm4, [{h} + {bs}*1]",
+                        "tileloadd tmm5, [{l} + {bs}*1]",
+                        "tileloadd tmm6, [{m} + {bs}*1]",
+                        "tdpbsud tmm0, tmm{ta}, tmm4",
+                        "tdpbsud tmm1, tmm{ta}, tmm5",
+                        "tdpbsud tmm2, tmm{ta}, tmm6",
+                        ta = const $ta,
+                        a = in(reg) q.add(64 * $c), s = in(reg) astride,
+                        h = in(reg) hi.add(16 * $c), l = in(reg) lo.add(16 * $c), m = in(reg) mn.add(16 * $c),
+                        bs = in(reg) 64usize,
+                        options(nostack),
+                    )
+                };
+            }
+            asm!("tilezero tmm0", "tilezero tmm1", "tilezero tmm2", options(nostack, nomem));
+            chunk!(0, 3);
+            chunk!(1, 7);
+            chunk!(2, 3);
+            chunk!(3, 7);
+            asm!("tilestored [{c2} + {bs}*1], tmm2", c2 = in(reg) buf[2].as_mut_ptr(), bs = in(reg) 64usize, options(nostack));
         }
         asm!(
             "tilestored [{c0} + {bs}*1], tmm0",
@@ -134,16 +162,17 @@ pub(super) unsafe fn isums16_split<const SHIFT: u32, const SIGNED: bool>(sp: &Sp
             c0 = in(reg) buf[0].as_mut_ptr(), c1 = in(reg) buf[1].as_mut_ptr(), bs = in(reg) 64usize,
             options(nostack),
         );
-        split_isums::<SHIFT>(buf[0], buf[1])
+        split_isums::<SHIFT>(&buf[0], &buf[1])
     }
 }
 
 /// [`isums16_split`] for two token tiles at once (blocks at `y` and `y2`): each chunk's two
 /// `B` tiles loaded once for both, four independent accumulators (the single tile's two
 /// chained accumulators wait on each product's latency). Tiles: C tmm0..tmm3 (tile 1 hi,
-/// lo, tile 2 hi, lo), A tmm4 / tmm5, B tmm6 / tmm7; all four C stored into `buf`.
+/// lo, tile 2 hi, lo), A tmm4 / tmm5, B tmm6 / tmm7; all four C stored into `buf[0..4]`.
+/// Unsigned (Q4_K, Q5_K): then the min products of both tiles into `buf[4]`, `buf[5]`.
 #[inline(always)]
-pub(super) unsafe fn products16_split2<const SIGNED: bool>(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 4]) {
+pub(super) unsafe fn products16_split2<const SIGNED: bool>(sp: &Split, y: *const u8, y2: *const u8, astride: usize, buf: &mut [[i32; 256]; 6]) {
     // SAFETY (whole body): the caller configured 64-byte tiles and guarantees 16 tokens'
     // blocks at y and at y2; chunk c's activations are at `+ Q8_K_QS + 64c`.
     unsafe {
@@ -174,7 +203,30 @@ pub(super) unsafe fn products16_split2<const SIGNED: bool>(sp: &Split, y: *const
                 chunk!("tdpbsud", c);
             }
         }
-        super::x86_amx::store4(buf);
+        let (four, mins) = buf.split_at_mut(4);
+        super::x86_amx::store4(four.try_into().expect("4 buffers"));
+        if !SIGNED {
+            let mn = sp.mn.as_ptr();
+            asm!("tilezero tmm0", "tilezero tmm1", options(nostack, nomem));
+            for c in 0..4 {
+                asm!(
+                    "tileloadd tmm6, [{m} + {bs}*1]",
+                    "tileloadd tmm4, [{a} + {s}*1]",
+                    "tdpbsud tmm0, tmm4, tmm6",
+                    "tileloadd tmm5, [{a2} + {s}*1]",
+                    "tdpbsud tmm1, tmm5, tmm6",
+                    a = in(reg) q.add(64 * c), a2 = in(reg) q2.add(64 * c), s = in(reg) astride,
+                    m = in(reg) mn.add(16 * c), bs = in(reg) 64usize,
+                    options(nostack),
+                );
+            }
+            asm!(
+                "tilestored [{c0} + {bs}*1], tmm0",
+                "tilestored [{c1} + {bs}*1], tmm1",
+                c0 = in(reg) mins[0].as_mut_ptr(), c1 = in(reg) mins[1].as_mut_ptr(), bs = in(reg) 64usize,
+                options(nostack),
+            );
+        }
     }
 }
 
