@@ -10,12 +10,13 @@
 //! - per sub-block (Q4_K / Q5_K / IQ4_XS below `SPLIT_MIN_TOKENS`): one `tdpbsud` (signed
 //!   activations × unsigned codes) per 32-element sub-block, each accumulator row scaled
 //!   by the sub-block's scales (`vpmulld`, as `dot16`) and summed;
-//! - split (Q4_K / Q5_K / IQ4_XS from `SPLIT_MIN_TOKENS`, Q6_K): the scales folded into
-//!   the codes in two parts ([`Split`]; Q6_K, IQ4_XS: value·scale as two signed bytes,
-//!   `tdpbssd`, no offset correction left), a
-//!   super-block in 8 full-size products and two accumulators; two token tiles a pass
-//!   where there are 32 tokens (`products16_split2`: each `B` load shared, four
-//!   independent accumulators).
+//! - split (Q4_K / Q5_K from `SPLIT_MIN_TOKENS`, IQ4_XS from `IQ4XS_SPLIT_MIN_TOKENS`,
+//!   Q6_K): the scales folded into the codes in two parts ([`Split`]; Q6_K, IQ4_XS:
+//!   value·scale as two signed bytes, `tdpbssd`, no offset correction left; Q4_K, Q5_K:
+//!   the mins' correction from 4 more products), a super-block in 8 full-size products
+//!   and two accumulators; two token tiles a pass where there are 32 tokens
+//!   (`products16_split2`: each `B` load shared, four independent accumulators).
+//!
 //! Integer sums are exact in any order, so every lane is bitwise the single-row kernel's
 //! (and `vec_dot`'s): results do not depend on whether a machine has AMX.
 //!
