@@ -29,8 +29,8 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
-use super::x86_pack16::{self, finish16, finish16_mins, finish16_signed, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_amx_split::{finish16_mins, finish16_signed, isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
+use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;

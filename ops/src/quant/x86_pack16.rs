@@ -427,44 +427,6 @@ pub(super) unsafe fn finish16<const F: u8, const M: usize>(
     }
 }
 
-/// [`finish16`] of sums without the codes' offset (`x86_amx_split::split_signed`: Q6_K /
-/// IQ4_XS value·scale): `sumf[j]` += (d·yd)·isum[j], `finish16`'s Q6_K / IQ4_XS float
-/// steps on the integer its correction would have given.
-///
-/// # Safety
-/// As [`finish16`].
-#[inline(always)]
-pub(super) unsafe fn finish16_signed<const M: usize>(pk: &Packed16, i: usize, a: *const u8, astride: usize, isum: &[__m512i; M], sumf: &mut [__m512; M]) {
-    for (j, sf) in sumf.iter_mut().enumerate() {
-        // SAFETY: token j's block i: d @0.
-        unsafe {
-            let yd = _mm512_set1_ps((a.add(j * astride + i * Q8_K_BYTES) as *const f32).read_unaligned());
-            *sf = _mm512_add_ps(*sf, _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(isum[j])));
-        }
-    }
-}
-
-/// [`finish16`] of Q4_K / Q5_K sums whose min correction came from tile products
-/// (`x86_amx_split`): `cmin` row j = token j's Σ_s m_s·bsum_s, the integer `finish16`
-/// sums from the bsums; the same float steps.
-///
-/// # Safety
-/// As [`finish16`].
-#[inline(always)]
-pub(super) unsafe fn finish16_mins<const M: usize>(pk: &Packed16, i: usize, a: *const u8, astride: usize, isum: &[__m512i; M], cmin: &[i32; 256], sumf: &mut [__m512; M]) {
-    for (j, sf) in sumf.iter_mut().enumerate() {
-        // SAFETY: token j's block i: d @0; 16 readable i32 at row j of `cmin` (j < 16).
-        unsafe {
-            let c = _mm512_loadu_si512(cmin[16 * j..].as_ptr() as *const _);
-            let yd = _mm512_set1_ps((a.add(j * astride + i * Q8_K_BYTES) as *const f32).read_unaligned());
-            let dd = _mm512_mul_ps(pk.d, yd);
-            let dmin = _mm512_mul_ps(pk.dm, yd);
-            let term = _mm512_sub_ps(_mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum[j])), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(c)));
-            *sf = _mm512_add_ps(*sf, term);
-        }
-    }
-}
-
 /// Scratch of [`group16`]: the packed super-blocks.
 #[derive(Default)]
 pub struct Scratch16 {
