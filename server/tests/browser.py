@@ -118,33 +118,42 @@ def run(driver):
         driver.save_screenshot(SHOT)
         print(f"screenshot: {SHOT}")
 
-    # 3. a long answer, stopped mid-way: the slot is freed
-    driver.find_element(By.ID, "new-chat").click()
-    set_field(driver, "max-tokens", "1500")
-    # the first prompt again: greedy, it runs past 96 tokens (above)
-    box.send_keys("def fibonacci(n):")
-    box.send_keys(Keys.SHIFT, Keys.ENTER)  # Shift stays down to the end of one send_keys
-    box.send_keys("    # return the n-th Fibonacci number", Keys.ENTER)
-    wait(driver, "a long answer starts streaming", lambda d: len(last(d, ".msg.assistant .body")) > 20, 60)
-    busy = [s for s in slots()["slots"] if s["state"] != "idle"]
-    check(len(busy) == 1, f"one slot busy while streaming ({[s['state'] for s in slots()['slots']]})")
-    driver.find_element(By.ID, "stop").click()
-    deadline = time.time() + 10
-    while time.time() < deadline and any(s["state"] != "idle" for s in slots()["slots"]):
-        time.sleep(0.05)
-    check(all(s["state"] == "idle" for s in slots()["slots"]), "Stop frees the slot (/slots all idle)")
-    stopped = driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats")[-1].text
+    # 3. a long answer, stopped mid-way: the slot is freed. The page renders behind the
+    # stream, so on a loaded machine the server can finish all max_tokens before the
+    # click lands (the turn then ends at "length"): then a new chat asks again, up to
+    # three times; a Stop that never takes still fails.
+    attempts = 0
+    while True:
+        attempts += 1
+        driver.find_element(By.ID, "new-chat").click()
+        set_field(driver, "max-tokens", "1500")
+        # the first prompt again: greedy, it runs past 96 tokens (above)
+        box.send_keys("def fibonacci(n):")
+        box.send_keys(Keys.SHIFT, Keys.ENTER)  # Shift stays down to the end of one send_keys
+        box.send_keys("    # return the n-th Fibonacci number", Keys.ENTER)
+        wait(driver, "a long answer starts streaming", lambda d: len(last(d, ".msg.assistant .body")) > 20, 60)
+        busy = [s for s in slots()["slots"] if s["state"] != "idle"]
+        check(len(busy) == 1, f"one slot busy while streaming ({[s['state'] for s in slots()['slots']]})")
+        driver.find_element(By.ID, "stop").click()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(s["state"] != "idle" for s in slots()["slots"]):
+            time.sleep(0.05)
+        check(all(s["state"] == "idle" for s in slots()["slots"]), "Stop frees the slot (/slots all idle)")
+        stopped = driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .stats")[-1].text
+        if "stopped" in stopped or attempts == 3 or "length" not in stopped:
+            break
+        print(f"note: the answer ended before the Stop landed ({stopped!r}); asking again")
     check("stopped" in stopped, f"the answer is marked stopped: {stopped!r}")
 
-    # 4. reload: both conversations are listed (newest first); the stopped one is open with
-    # its partial answer, the first one opens with both answers
+    # 4. reload: every conversation is listed (newest first); the stopped one is open with
+    # its partial answer, the first (the oldest) opens with both answers
     stopped_text = last(driver, ".msg.assistant .body")
     driver.refresh()
     items = driver.find_elements(By.CSS_SELECTOR, "#conversations li")
     titles = [li.text for li in items]
-    check(len(titles) == 2 and all("# return" in t for t in titles), f"conversations after reload: {titles}")
+    check(len(titles) == 1 + attempts and all("# return" in t for t in titles), f"conversations after reload: {titles}")
     check(last(driver, ".msg.assistant .body") == stopped_text and len(stopped_text) > 20, "the stopped answer is kept as far as it got")
-    items[1].click()
+    items[-1].click()
     bodies = [b.text for b in driver.find_elements(By.CSS_SELECTOR, ".msg.assistant .body")]
     check(len(bodies) == 2 and bodies[0] == first_text, "the first conversation holds its two answers")
 
