@@ -29,8 +29,8 @@
 //! forms' register rotation is for.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_amx_split::{finish16_mins, finish16_signed, isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
-use super::x86_pack16::{self, finish16, pack16_from, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_amx_split::{isums16_split, products16_split2, split, split_isums, split_signed, Split, SIGNED_SHIFT};
+use super::x86_pack16::{self, finish16, pack16_from, Corr, Packed16, Rows, Scratch16, Src, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::asm;
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -322,7 +322,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
         configure(if split_shift > 0 { 64 } else { 32 });
         // SAFETY: an all-zero bit pattern is a valid Packed16.
         sc.pk.pks.resize(nb, std::mem::zeroed());
-        // per-sub-block products (Q4_K / Q5_K below the split form, IQ4_XS): the first
+        // per-sub-block products (Q4_K / Q5_K / IQ4_XS below their split form): the first
         // token tile packs each super-block one step ahead of its products (its tiles then
         // load from L1, not from a whole group packed into L2 first) and spreads the next
         // rows' prefetch over its blocks (one burst stalled the first products)
@@ -372,12 +372,13 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                         3 => (split_isums::<3>(b0, b1), split_isums::<3>(b2, b3)),
                         _ => (split_isums::<SIGNED_SHIFT>(b0, b1), split_isums::<SIGNED_SHIFT>(b2, b3)),
                     };
+                    // (a constant correction kind per call: `finish16` inlines it away)
                     if split_shift == SIGNED_SHIFT {
-                        finish16_signed::<16>(pk, i, a1, astride, &i1, &mut s1);
-                        finish16_signed::<16>(pk, i, a2, astride, &i2, &mut s2);
+                        finish16::<D, 16>(pk, i, a1, astride, &i1, Corr::Folded, &mut s1);
+                        finish16::<D, 16>(pk, i, a2, astride, &i2, Corr::Folded, &mut s2);
                     } else {
-                        finish16_mins::<16>(pk, i, a1, astride, &i1, m1, &mut s1);
-                        finish16_mins::<16>(pk, i, a2, astride, &i2, m2, &mut s2);
+                        finish16::<D, 16>(pk, i, a1, astride, &i1, Corr::Rows(m1), &mut s1);
+                        finish16::<D, 16>(pk, i, a2, astride, &i2, Corr::Rows(m2), &mut s2);
                     }
                 }
                 for (j, v) in s1.iter().chain(&s2).enumerate() {
@@ -408,10 +409,11 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 }
                 let pk = &sc.pk.pks[i];
                 let y = at.add(i * Q8_K_BYTES);
+                // (a constant correction kind per call: `finish16` inlines it away)
                 match split_shift {
                     SIGNED_SHIFT => {
                         let isum = isums16_split::<SIGNED_SHIFT, true>(&sc.split[i], y, astride, buf);
-                        finish16_signed::<16>(pk, i, at, astride, &isum, &mut sumf);
+                        finish16::<D, 16>(pk, i, at, astride, &isum, Corr::Folded, &mut sumf);
                     }
                     4 | 3 => {
                         let isum = if split_shift == 4 {
@@ -419,12 +421,12 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                         } else {
                             isums16_split::<3, false>(&sc.split[i], y, astride, buf)
                         };
-                        finish16_mins::<16>(pk, i, at, astride, &isum, &buf[2], &mut sumf);
+                        finish16::<D, 16>(pk, i, at, astride, &isum, Corr::Rows(&buf[2]), &mut sumf);
                     }
                     _ => {
                         let [b0, b1, ..] = &mut *buf;
                         let isum = isums16(pk, y, astride, [b0, b1]);
-                        finish16::<D, 16>(pk, i, at, astride, &isum, &mut sumf);
+                        finish16::<D, 16>(pk, i, at, astride, &isum, Corr::Bsums, &mut sumf);
                     }
                 }
             }

@@ -4,7 +4,7 @@
 //! sub-block, and two token tiles can share each `B` tile. Exact: `(C_hi << SHIFT) + C_lo`
 //! is the same integer as Σ_s scale_s · Σ products (see [`Split`]).
 
-use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::q8::Q8_K_QS;
 use super::x86_pack16::Packed16;
 use std::arch::asm;
 use std::arch::x86_64::*;
@@ -65,7 +65,7 @@ pub(super) const SIGNED_SHIFT: u32 = 6;
 /// `OFF` taken out (value = code − OFF). Q6_K: 16 × 4, codes 0..63, OFF 32, scales
 /// −128..127; IQ4_XS: 8 × 8, codes 1..241 (the table's values + 128), OFF 128, scales
 /// −32..31. So |value·scale| ≤ 4096: hi in −64..64, lo in 0..63. The sums then need no
-/// offset correction (`finish16_signed`).
+/// offset correction (`finish16`'s `Corr::Folded`).
 #[inline(always)]
 pub(super) unsafe fn split_signed<const NS: usize, const GS: usize, const OFF: i32>(pk: &Packed16, out: &mut Split) {
     // SAFETY (whole body): AVX-512 BW enabled in every caller. `vpmaddubsw` of the
@@ -243,42 +243,4 @@ pub(super) unsafe fn split_isums<const SHIFT: u32>(hi: &[i32; 256], lo: &[i32; 2
         }
     }
     isum
-}
-
-/// `x86_pack16::finish16` of sums without the codes' offset (`x86_amx_split::split_signed`: Q6_K /
-/// IQ4_XS value·scale): `sumf[j]` += (d·yd)·isum[j], `finish16`'s Q6_K / IQ4_XS float
-/// steps on the integer its correction would have given.
-///
-/// # Safety
-/// As `x86_pack16::finish16`.
-#[inline(always)]
-pub(super) unsafe fn finish16_signed<const M: usize>(pk: &Packed16, i: usize, a: *const u8, astride: usize, isum: &[__m512i; M], sumf: &mut [__m512; M]) {
-    for (j, sf) in sumf.iter_mut().enumerate() {
-        // SAFETY: token j's block i: d @0.
-        unsafe {
-            let yd = _mm512_set1_ps((a.add(j * astride + i * Q8_K_BYTES) as *const f32).read_unaligned());
-            *sf = _mm512_add_ps(*sf, _mm512_mul_ps(_mm512_mul_ps(pk.d, yd), _mm512_cvtepi32_ps(isum[j])));
-        }
-    }
-}
-
-/// `x86_pack16::finish16` of Q4_K / Q5_K sums whose min correction came from tile products
-/// (`x86_amx_split`): `cmin` row j = token j's Σ_s m_s·bsum_s, the integer `finish16`
-/// sums from the bsums; the same float steps.
-///
-/// # Safety
-/// As `x86_pack16::finish16`.
-#[inline(always)]
-pub(super) unsafe fn finish16_mins<const M: usize>(pk: &Packed16, i: usize, a: *const u8, astride: usize, isum: &[__m512i; M], cmin: &[i32; 256], sumf: &mut [__m512; M]) {
-    for (j, sf) in sumf.iter_mut().enumerate() {
-        // SAFETY: token j's block i: d @0; 16 readable i32 at row j of `cmin` (j < 16).
-        unsafe {
-            let c = _mm512_loadu_si512(cmin[16 * j..].as_ptr() as *const _);
-            let yd = _mm512_set1_ps((a.add(j * astride + i * Q8_K_BYTES) as *const f32).read_unaligned());
-            let dd = _mm512_mul_ps(pk.d, yd);
-            let dmin = _mm512_mul_ps(pk.dm, yd);
-            let term = _mm512_sub_ps(_mm512_mul_ps(dd, _mm512_cvtepi32_ps(isum[j])), _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(c)));
-            *sf = _mm512_add_ps(*sf, term);
-        }
-    }
 }

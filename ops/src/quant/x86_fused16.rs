@@ -11,7 +11,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, pack_scales16, store_rows, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, pack_scales16, Corr, store_rows, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -221,7 +221,7 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
             pack_scales16::<F, S>(s, pk);
             let pf = (pf_at.wrapping_add(i * steps * per_step), per_step);
             let isum = ints16::<F, M, S>(s, pk, a.add(i * Q8_K_BYTES), astride, pf);
-            finish16::<F, M>(pk, i, a, astride, &isum, &mut sumf);
+            finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, &mut sumf);
         }
     }
     for (j, v) in sumf.iter().enumerate() {

@@ -382,12 +382,25 @@ unsafe fn dot16<const F: u8, const M: usize>(
             }
         }
         // SAFETY: token j's block i exists (the caller's contract).
-        unsafe { finish16::<F, M>(pk, i, a, astride, &isum, sumf) };
+        unsafe { finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, sumf) };
     }
 }
 
-/// The float step of super-block `i` for `M` tokens: the bsum correction of `pk`'s
-/// scales and `sumf[j]` += d·(integer sums `isum[j]`) per lane (the 8-row kernel's
+/// Where [`finish16`] takes each token's correction integer (Σ over sub-blocks of `pk`'s
+/// mins, or scales for the codes' offset, times the token's sub-block sums) from.
+#[derive(Clone, Copy)]
+pub(super) enum Corr<'a> {
+    /// The token's bsums, one `vpdpwssd` per pair of them.
+    Bsums,
+    /// Row j of a tile product's result (`x86_amx_split`: Q4_K / Q5_K mins as a B part).
+    Rows(&'a [i32; 256]),
+    /// None left: the sums are of value·scale, offset taken out (`x86_amx_split::
+    /// split_signed`: Q6_K / IQ4_XS).
+    Folded,
+}
+
+/// The float step of super-block `i` for `M` tokens: the correction of `pk`'s scales
+/// (from `corr`) and `sumf[j]` += d·(integer sums `isum[j]`) per lane (the 8-row kernel's
 /// unfused steps, so every lane equals the single-row kernel).
 ///
 /// # Safety
@@ -399,16 +412,25 @@ pub(super) unsafe fn finish16<const F: u8, const M: usize>(
     a: *const u8,
     astride: usize,
     isum: &[__m512i; M],
+    corr: Corr<'_>,
     sumf: &mut [__m512; M],
 ) {
     for (j, sf) in sumf.iter_mut().enumerate() {
-        // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
+        // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260; `Rows` has
+        // 16 i32 at row j (j < 16).
         unsafe {
             let y = a.add(j * astride + i * Q8_K_BYTES);
-            let mut c = _mm512_setzero_si512();
-            for p in 0..8 {
-                c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
-            }
+            let c = match corr {
+                Corr::Bsums => {
+                    let mut c = _mm512_setzero_si512();
+                    for p in 0..8 {
+                        c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
+                    }
+                    c
+                }
+                Corr::Rows(r) => _mm512_loadu_si512(r[16 * j..].as_ptr() as *const _),
+                Corr::Folded => _mm512_setzero_si512(),
+            };
             let yd = _mm512_set1_ps((y as *const f32).read_unaligned());
             let term = if F == Q6K || F == IQ4XS {
                 // dw·yd·(is − off): Q6_K's offset 32 per 16 elements, IQ4_XS's 128
