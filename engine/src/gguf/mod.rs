@@ -294,6 +294,10 @@ impl TensorInfo {
     pub fn shape(&self) -> &[u64] {
         &self.ne[..(self.n_dims as usize).min(4)]
     }
+    /// All four `ne` as the ops' shape (what a graph's weight node declares).
+    pub fn op_shape(&self) -> pn_ops::Shape {
+        pn_ops::Shape(self.ne.map(|n| n as usize))
+    }
 }
 
 /// Where the file's bytes live.

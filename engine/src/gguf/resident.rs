@@ -78,7 +78,7 @@ impl Gguf {
         pn_ops::WeightView {
             name: &info.name,
             ty: info.ty,
-            shape: pn_ops::Shape(info.ne.map(|n| n as usize)),
+            shape: info.op_shape(),
             bytes: self.host_bytes(ix).unwrap_or_else(|| self.tensor_bytes(info)),
             rows16: self.rows16(ix),
         }

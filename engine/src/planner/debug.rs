@@ -1,7 +1,8 @@
 //! `PN_DEBUG` for the runner: 1 = one line per segment per step (time, ops, transfer
 //! bytes) plus capture counters and the step's host ↔ device copies ([`Counters`]); 2 =
-//! also a per-op-kind timing table (count, total, mean, % of step time), printed when the runner is dropped (so `pn run` shows one table
-//! for the whole generation); 3 = also a value summary line per executed op.
+//! also a per-op-kind timing table (count, total, mean, % of step time), printed when the
+//! runner is dropped (so `pn run` shows one table for the whole generation); 3 = also a
+//! value summary line per executed op.
 //! `PN_PROFILE=nodes` (with `PN_DEBUG≥2`) splits the timing table by node name with the
 //! layer indices taken out (`MatMul blk.ffn_up_shexp`: that projection in every layer).
 

@@ -2,7 +2,7 @@
 //! the file's weights, the weights' CPU copies made (first plan), each segment compiled
 //! by its die's backend; cached per geometry ([`Runner::compiled_for`]).
 
-use super::{program, weight_shape, Compiled, Key, RunError, Runner, HIDDEN_NODE};
+use super::{program, Compiled, Key, RunError, Runner, HIDDEN_NODE};
 use crate::backend::{Executable, Memory, OpCode, OpInput, SegmentCode, Support};
 use crate::graph::{Graph, NodeId};
 use crate::model::Geometry;
@@ -45,12 +45,12 @@ impl Runner {
             })?;
         for w in &prog.weights {
             let (node, info) = (graph.node(w.node), &self.gguf.tensors[w.tensor]);
-            if DType::Weight(info.ty) != node.out.dtype || weight_shape(info) != node.out.shape {
+            if DType::Weight(info.ty) != node.out.dtype || info.op_shape() != node.out.shape {
                 let msg = format!(
                     "graph expects {}, file has {}{}",
                     node.out,
                     info.ty,
-                    weight_shape(info)
+                    info.op_shape()
                 );
                 return Err(RunError::Weight {
                     name: info.name.clone(),

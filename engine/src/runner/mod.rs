@@ -25,7 +25,7 @@ mod lanes;
 mod moves;
 
 use crate::backend::{Backend, Executable, Memory};
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::Gguf;
 use crate::graph::{Graph, GraphBuilder, GraphError, Node};
 use crate::model::{Geometry, Model};
 use crate::planner::debug::{self, Counters, Profile};
@@ -33,7 +33,7 @@ use crate::planner::program::{self, Program};
 use crate::planner::{Device, Placement, PlacementError, Plan, PlanError};
 use crate::state::SeqState;
 use bounded::Bounded;
-use pn_ops::{OpError, Shape, Tensor};
+use pn_ops::{OpError, Tensor};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -184,10 +184,6 @@ pub struct Runner {
     /// Replicas on one-thread backends that run a multi-sequence pass as groups side
     /// by side ([`Runner::set_lanes`]; none: one pass).
     pub(crate) lanes: Option<lanes::Lanes>,
-}
-
-fn weight_shape(info: &TensorInfo) -> Shape {
-    Shape(info.ne.map(|n| n as usize))
 }
 
 impl Runner {
