@@ -1,6 +1,6 @@
-//! The split form of `x86_amx` (Q4_K / Q5_K / IQ4_XS from `SPLIT_MIN_TOKENS` tokens, Q6_K
-//! whenever it takes the tiles): each sub-block's scale folded into the codes in two parts, so a
-//! whole super-block sums in full-size (K = 64) tile products without a store per
+//! The split form of `x86_amx` (Q4_K / Q5_K from `SPLIT_MIN_TOKENS` tokens, IQ4_XS from
+//! `IQ4XS_SPLIT_MIN_TOKENS`, Q6_K whenever it takes the tiles): each sub-block's scale
+//! folded into the codes in two parts, so a whole super-block sums in full-size (K = 64) tile products without a store per
 //! sub-block, and two token tiles can share each `B` tile. Exact: `(C_hi << SHIFT) + C_lo`
 //! is the same integer as Σ_s scale_s · Σ products (see [`Split`]).
 
