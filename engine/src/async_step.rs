@@ -190,6 +190,9 @@ impl Slots {
         for &i in &f.idx {
             self.slots[i].busy = false;
             self.slots[i].binding = 0;
+            // the row went with the worker: a new one (the old one's device copies are
+            // dropped with it)
+            self.slots[i].state = Some(SeqState::empty());
         }
         SlotError::Worker("the step's worker thread panicked: its slots were freed".into())
     }

@@ -11,9 +11,16 @@
 //! sequence gives alone (tests/tests/slots.rs). [`Slots::step_mixed`] adds prefill
 //! chunks of other sequences to a step.
 //!
-//! Slots own the bound sequences' states (binding, moving, compacting and resizing move
-//! the `SeqState` values: layers a device backend holds stay there, keyed by the
-//! sequence's id). A [`SlotHandle`] names a binding: it carries
+//! Each slot owns a row: a `SeqState` whose id, and so the layer states a device backend
+//! keeps under it, stays with the slot for the table's life (the per-layer state pool, a
+//! row per slot). Binding moves a sequence's content into its slot's row, unbinding
+//! moves it out into a new state, moving or compacting copies row to row: on the host
+//! each is a move of the layer buffers, on a device a copy into the row's own copies in
+//! place (`SeqState::take_content`), never through the host. So a step of the same
+//! slots runs on the same device states whichever sequences they hold, and a device
+//! replays one captured step across requests that come and go
+//! (`slot_rows_keep_their_device_states_across_rebinding`, tests/tests/resident_state.rs).
+//! A [`SlotHandle`] names a binding: it carries
 //! the slot table's generation (bumped by [`Slots::resize`]) and a binding serial, so a
 //! handle used after an unbind, a move or a resize is an error, never another sequence.
 
@@ -79,6 +86,9 @@ pub enum SlotError {
 }
 
 pub(crate) struct Slot {
+    /// The slot's row: a state whose id (so its device copies) stays with the slot for the
+    /// table's life; a bound sequence's content lives in it (no layers while free). Out
+    /// of the table only while a step runs on it.
     pub(crate) state: Option<SeqState>,
     /// Serial of the binding in this slot (0: free).
     pub(crate) binding: u64,
@@ -97,7 +107,7 @@ pub struct Slots {
 }
 
 fn new_table(n: usize) -> Vec<Slot> {
-    (0..n).map(|_| Slot { state: None, binding: 0, busy: false }).collect()
+    (0..n).map(|_| Slot { state: Some(SeqState::empty()), binding: 0, busy: false }).collect()
 }
 
 impl Slots {
@@ -145,29 +155,36 @@ impl Slots {
         Ok(slot)
     }
 
-    /// Bind a (prefilled) sequence to the lowest free slot; the slot owns it until unbind.
+    /// Bind a (prefilled) sequence to the lowest free slot: its content moves into the
+    /// slot's row (on the host a move; a device copies it into the row's own copies, in
+    /// place: the row keeps its device addresses), where it stays until unbind.
     pub fn bind(&mut self, st: SeqState) -> Result<SlotHandle, SlotError> {
         let slot = self.free_slot().ok_or(SlotError::Full { n: self.slots.len() })?;
         self.bind_at(slot, st)
     }
     /// Bind to slot `slot`, which must be free.
-    pub fn bind_at(&mut self, slot: usize, st: SeqState) -> Result<SlotHandle, SlotError> {
+    pub fn bind_at(&mut self, slot: usize, mut st: SeqState) -> Result<SlotHandle, SlotError> {
         let n = self.slots.len();
         let s = self.slots.get_mut(slot).ok_or(SlotError::OutOfRange { slot, n })?;
         if s.binding != 0 {
             return Err(SlotError::Occupied { slot });
         }
-        s.state = Some(st);
+        s.state.as_mut().expect("a free slot holds its row").take_content(&mut st, true).map_err(RunError::from)?;
         s.binding = self.next_binding;
         self.next_binding += 1;
         Ok(self.handle(slot).expect("just bound"))
     }
-    /// Free the slot and hand its sequence back (the handle becomes stale).
+    /// Free the slot and hand its sequence back (the handle becomes stale): the row's
+    /// content moves into a new state (a device copies it there; the row keeps its own).
     pub fn unbind(&mut self, h: SlotHandle) -> Result<SeqState, SlotError> {
         let i = self.check(h)?;
-        let s = &mut self.slots[i];
-        s.binding = 0;
-        Ok(s.state.take().expect("a bound slot holds its state"))
+        let mut out = SeqState::empty();
+        out.take_content(self.row_mut(i), false).map_err(RunError::from)?;
+        self.slots[i].binding = 0;
+        Ok(out)
+    }
+    fn row_mut(&mut self, i: usize) -> &mut SeqState {
+        self.slots[i].state.as_mut().expect("a slot holds its row unless a step runs on it")
     }
     pub fn state(&self, h: SlotHandle) -> Result<&SeqState, SlotError> {
         let i = self.check(h)?;
@@ -177,8 +194,9 @@ impl Slots {
         let i = self.check(h)?;
         Ok(self.slots[i].state.as_mut().expect("a bound slot holds its state"))
     }
-    /// Move a sequence to the free slot `dst` (its state is moved, not copied; nothing
-    /// goes through the host). Returns the new handle; the old one becomes stale.
+    /// Move a sequence to the free slot `dst`: a row copy (on the host a move; a device
+    /// copies it between the rows' own copies, nothing goes through the host). Returns
+    /// the new handle; the old one becomes stale.
     pub fn move_to(&mut self, h: SlotHandle, dst: usize) -> Result<SlotHandle, SlotError> {
         let i = self.check(h)?;
         if dst == i {
@@ -187,8 +205,14 @@ impl Slots {
         if self.slots.get(dst).ok_or(SlotError::OutOfRange { slot: dst, n: self.slots.len() })?.binding != 0 {
             return Err(SlotError::Occupied { slot: dst });
         }
-        let st = self.unbind(h)?;
-        self.bind_at(dst, st)
+        let mut from = self.slots[i].state.take().expect("checked: not in a step");
+        let moved = self.row_mut(dst).take_content(&mut from, false);
+        self.slots[i].state = Some(from);
+        moved.map_err(RunError::from)?;
+        self.slots[i].binding = 0;
+        self.slots[dst].binding = self.next_binding;
+        self.next_binding += 1;
+        Ok(self.handle(dst).expect("just bound"))
     }
     /// Copy a sequence's state into the free slot `dst` (a fork: both continue
     /// independently from the same point; a device backend copies its layers on the
@@ -218,9 +242,13 @@ impl Slots {
         if self.inflight.is_some() {
             return Err(SlotError::InFlight);
         }
-        let old = std::mem::replace(&mut self.slots, new_table(n.clamp(1, MAX_SLOTS)));
+        let mut out = Vec::new();
+        for h in self.bound() {
+            out.push(self.unbind(h)?);
+        }
+        self.slots = new_table(n.clamp(1, MAX_SLOTS));
         self.generation = self.generation.wrapping_add(1).max(1);
-        Ok(old.into_iter().filter_map(|s| s.state).collect())
+        Ok(out)
     }
 
     /// Take the states of a step's slots (checked: live, distinct) out of the table.

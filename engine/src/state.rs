@@ -59,6 +59,11 @@ impl SeqState {
     pub fn new(layers: Vec<LayerState>, max_seq: usize) -> SeqState {
         SeqState { pos: 0, max_seq, layers, overflow: Overflow::Error, res: resident::Residency::new() }
     }
+    /// A state without layers: a slot's row while it is free, or what a row's content
+    /// is moved into when its sequence leaves the slot ([`SeqState::take_content`]).
+    pub(crate) fn empty() -> SeqState {
+        SeqState::new(Vec::new(), 0)
+    }
     /// Back to a fresh sequence (overflow mode and KV format are kept). A device-owned
     /// layer is reset in place where its backend can ([`crate::backend::StateOp::Reset`]:
     /// no host round trip, it stays there); otherwise its device copy is dropped, not

@@ -33,6 +33,8 @@ pub struct MockCounts {
     pub state_downloads: u64,
     pub state_download_bytes: u64,
     pub state_copies: u64,
+    /// State keys an upload or a copy created (not an in-place overwrite of one held).
+    pub state_allocs: u64,
     pub state_releases: u64,
     /// In-place resets (`state_reset`: nothing crosses to or from the host).
     pub state_resets: u64,
@@ -78,6 +80,8 @@ struct Store {
     states: HashMap<StateKey, LayerState>,
     counts: MockCounts,
     fail: Option<Fail>,
+    /// The state ids (sequence table) of the last segment run.
+    last_ids: Vec<u64>,
 }
 
 /// A device backend over `host`'s kernels (e.g. `CpuBackend`): bitwise the host's results.
@@ -182,6 +186,11 @@ impl ResidentMock {
     pub fn reset_counts(&self) {
         self.lock().counts = MockCounts::default();
     }
+    /// The state ids the last segment ran on, one per sequence of its pass (a device
+    /// keys its layer states by them).
+    pub fn last_ids(&self) -> Vec<u64> {
+        self.lock().last_ids.clone()
+    }
     /// Layer states held now.
     pub fn held_states(&self) -> usize {
         self.lock().states.len()
@@ -241,7 +250,9 @@ impl ResidentMock {
         match op {
             StateOp::Upload(key, st) => {
                 s.fail(&Fail::StateUpload)?;
-                s.states.insert(key, st.clone());
+                if s.states.insert(key, st.clone()).is_none() {
+                    s.counts.state_allocs += 1;
+                }
                 s.counts.state_uploads += 1;
                 s.counts.state_upload_bytes += st.bytes() as u64;
                 poison(st);
@@ -258,7 +269,9 @@ impl ResidentMock {
             }
             StateOp::Copy(from, to) => {
                 let st = s.states.get(&from).ok_or_else(|| held(&from))?.clone();
-                s.states.insert(to, st);
+                if s.states.insert(to, st).is_none() {
+                    s.counts.state_allocs += 1;
+                }
                 s.counts.state_copies += 1;
             }
             // in place (the host copy stays poisoned: the mock still owns the state)
@@ -301,6 +314,7 @@ impl Executable for MockExec {
             s.counts.segments += 1;
             s.counts.replays += replay as u64;
         }
+        self.mock.lock().last_ids = io.ids.to_vec();
         let mut keys: SmallVec<[StateKey; 16]> = SmallVec::new();
         for (i, oc) in self.seg.ops.iter().enumerate() {
             let inputs = oc.resolve(io.weights);

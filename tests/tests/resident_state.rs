@@ -363,3 +363,61 @@ fn slot_moves_and_forks_stay_on_the_device() {
         assert_eq!(mock.held_states(), 0, "{name}: states leaked on the mock");
     }
 }
+
+/// Slots whose sequences come and go (`rebinding` below), on the CPU or on the mock.
+fn rebinding(r: &Runner, mock: Option<&pn_engine::testing::ResidentMock>) -> Vec<Vec<f32>> {
+    let mut slots = Slots::new(3);
+    let a = slots.bind(prefilled(r, 30, 4)).unwrap();
+    let b = slots.bind(prefilled(r, 31, 6)).unwrap();
+    let mut rows = vec![slots.step(r, &[(a, 3), (b, 3)]).unwrap().data];
+    let ids = mock.map(|m| m.last_ids());
+    // each rebinding and the step after it: on the device, copies into the rows' own
+    // states (in place), no new state, the same sequence table as the first step
+    let check = |m: Option<&pn_engine::testing::ResidentMock>, uploads: bool| {
+        let Some(m) = m else { return };
+        let k = m.counts();
+        assert_eq!(m.last_ids(), *ids.as_ref().unwrap(), "a rebound slot's step ran on other states");
+        assert_eq!((k.state_allocs, k.state_downloads), (0, 0), "a rebinding allocated or went through the host: {k:?}");
+        assert_eq!(k.state_uploads > 0, uploads, "uploads: {k:?}");
+    };
+    // a leaves; c, prefilled on the device, takes slot 0
+    let a_st = slots.unbind(a).unwrap();
+    let c_st = prefilled(r, 32, 5);
+    mock.inspect(|m| m.reset_counts());
+    let c = slots.bind(c_st).unwrap();
+    assert_eq!(c.slot(), 0);
+    rows.push(slots.step(r, &[(c, 4), (b, 4)]).unwrap().data);
+    check(mock, false);
+    // b leaves; a fresh sequence (host state, never run) takes slot 1: uploaded into the row
+    let b_st = slots.unbind(b).unwrap();
+    let fresh = r.new_state(64);
+    mock.inspect(|m| m.reset_counts());
+    let d = slots.bind(fresh).unwrap();
+    assert_eq!(d.slot(), 1);
+    rows.push(slots.step(r, &[(c, 5), (d, 5)]).unwrap().data);
+    check(mock, true);
+    // the sequences that left go on from where they were, in other slots
+    let _ = slots.unbind(d).unwrap();
+    let (a, b) = (slots.bind(a_st).unwrap(), slots.bind(b_st).unwrap());
+    rows.push(slots.step(r, &[(a, 6), (b, 6), (c, 6)]).unwrap().data);
+    let _ = slots.unbind(c).unwrap();
+    let b = slots.move_to(b, 0).unwrap();
+    rows.push(slots.step(r, &[(b, 7), (a, 7)]).unwrap().data);
+    rows
+}
+
+/// A slot's row keeps its state id, so a device's copies (and addresses) stay with the
+/// slot whatever sequence it holds: rebinding allocates nothing there and the step's
+/// sequence table is the same (one captured step replays); every row is bitwise the CPU's.
+#[test]
+fn slot_rows_keep_their_device_states_across_rebinding() {
+    for name in MODELS {
+        let (cpu, _) = single(name, false, 512);
+        let (res, mock) = single(name, true, 512);
+        let mock = mock.unwrap();
+        let want = rebinding(&cpu, None);
+        let got = rebinding(&res, Some(&mock));
+        assert!(finite(&got) && got == want, "{name}: rebound slots differ from the CPU");
+        assert_eq!(mock.held_states(), 0, "{name}: states leaked on the mock");
+    }
+}

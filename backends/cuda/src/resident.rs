@@ -404,8 +404,16 @@ impl CudaBackend {
         let (_g, mut r) = self.res(OP)?;
         let ce = |e| to_op_error(OP, e);
         r.flush(&self.dev).map_err(ce)?;
-        let ds = DevState::upload(&self.dev, st).map_err(ce)?;
-        r.states.put(key, ds);
+        // into the buffers the key holds where the geometry is the same (a slot's row
+        // keeps its addresses), else new ones
+        let in_place = match r.states.get_mut(key) {
+            Ok(ds) => ds.upload_into(&self.dev, st).map_err(ce)?,
+            Err(_) => false,
+        };
+        if !in_place {
+            let ds = DevState::upload(&self.dev, st).map_err(ce)?;
+            r.states.put(key, ds);
+        }
         r.stats.state_uploads += 1;
         Ok(())
     }
@@ -432,7 +440,7 @@ impl CudaBackend {
         r.flush(&self.dev).map_err(ce)?;
         let d = &self.dev;
         r.states
-            .fork(from, to, |s| s.fork(d).map_err(|e| e.to_string()))
+            .fork(from, to, |s, t| s.copy_into(d, t).map_err(|e| e.to_string()), |s| s.fork(d).map_err(|e| e.to_string()))
             .map_err(err(OP))?;
         r.stats.state_copies += 1;
         Ok(true)

@@ -154,13 +154,26 @@ impl<S> Keyed<S> {
             .get_mut(&key)
             .ok_or_else(|| format!("layer state {key:?} is not held"))
     }
-    /// `to` becomes a copy of `from` made by `copy`.
+    /// `to` becomes a copy of `from`: written into the state `to` already holds where
+    /// `into` can (same geometry: `Ok(true)`, the buffers and so their addresses kept, a
+    /// slot's row), else a new one made by `copy`.
     pub fn fork<E: From<String>>(
         &mut self,
         from: StateKey,
         to: StateKey,
+        into: impl FnOnce(&S, &mut S) -> Result<bool, E>,
         copy: impl FnOnce(&S) -> Result<S, E>,
     ) -> Result<(), E> {
+        self.get(from)?;
+        if from != to {
+            if let Some(mut held) = self.map.remove(&to) {
+                let done = into(self.get(from)?, &mut held);
+                self.map.insert(to, held);
+                if done? {
+                    return Ok(());
+                }
+            }
+        }
         let s = copy(self.get(from)?)?;
         self.map.insert(to, s);
         Ok(())
@@ -305,7 +318,14 @@ mod tests {
             "uploaded again: replaced"
         );
         s.put(k(1, 1), vec![3]);
-        s.fork(k(1, 0), k(2, 0), |v| Ok::<_, String>(v.clone()))
+        let same_len = |v: &Vec<u8>, d: &mut Vec<u8>| {
+            let fits = v.len() == d.len();
+            if fits {
+                d.copy_from_slice(v);
+            }
+            Ok::<_, String>(fits)
+        };
+        s.fork(k(1, 0), k(2, 0), same_len, |v| Ok::<_, String>(v.clone()))
             .unwrap();
         s.get_mut(k(2, 0)).unwrap().push(9);
         assert_eq!(
@@ -314,9 +334,21 @@ mod tests {
             "the fork is independent"
         );
         assert!(s
-            .fork(k(5, 0), k(6, 0), |v| Ok::<_, String>(v.clone()))
+            .fork(k(5, 0), k(6, 0), same_len, |v| Ok::<_, String>(v.clone()))
             .unwrap_err()
             .contains("not held"));
+        // into a held state of the same geometry: in place (the same allocation); of
+        // another: replaced
+        let at = s.get(k(2, 0)).unwrap().as_ptr();
+        s.put(k(1, 2), vec![7, 7]);
+        s.fork(k(1, 2), k(2, 0), same_len, |v| Ok::<_, String>(v.clone()))
+            .unwrap();
+        assert_eq!(s.get(k(2, 0)).unwrap(), &vec![7, 7]);
+        assert_eq!(s.get(k(2, 0)).unwrap().as_ptr(), at, "copied in place");
+        s.fork(k(1, 1), k(2, 0), same_len, |v| Ok::<_, String>(v.clone()))
+            .unwrap();
+        assert_eq!(s.get(k(2, 0)).unwrap(), &vec![3], "another geometry: a new state");
+        s.release(k(1, 2));
         assert!(s.release(k(1, 0)));
         assert!(!s.release(k(1, 0)));
         assert!(s.get(k(1, 0)).is_err());

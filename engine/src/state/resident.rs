@@ -209,6 +209,84 @@ impl SeqState {
         self.res.at.clear();
     }
 
+    /// Moves `src`'s content (position, mode, layer states) into this state, which keeps
+    /// its id and so the device copies it holds: a slot's row (slots.rs) stays at the
+    /// same device addresses whatever sequence it holds, so a device replays one captured
+    /// step. Per layer: a device-owned one is copied on its backend into this state's key
+    /// (in place where this state holds one there, [`StateOp::Copy`]); a host one goes
+    /// into this state's device copy where it holds one ([`StateOp::Upload`], in place),
+    /// else stays a host copy. `release_src`: drop `src`'s device copies after (a
+    /// sequence being bound); else they stay (a row moved out keeps its buffers). Left in
+    /// `src`: this state's old host copies (for a free row, none). On an error nothing
+    /// moved (device copies this call made are dropped again).
+    pub(crate) fn take_content(&mut self, src: &mut SeqState, release_src: bool) -> Result<(), MoveError> {
+        let n = src.layers.len();
+        let mut owners: Vec<Option<Arc<dyn Backend>>> = Vec::with_capacity(n);
+        // keys this call created on a backend (dropped again on an error)
+        let mut created: Vec<(usize, Arc<dyn Backend>)> = Vec::new();
+        let mut step = |l: usize, owners: &mut Vec<Option<Arc<dyn Backend>>>| -> Result<(), MoveError> {
+            let mine = self.res.owner(l).cloned();
+            let owner = match src.res.owner(l).cloned() {
+                Some(b) => {
+                    let held = mine.as_ref().is_some_and(|m| same(m, &b));
+                    match b.state(StateOp::Copy(src.key(l), self.key(l))).map_err(|e| move_err(l, "copy", &*b, e))? {
+                        StateReply::Done => {
+                            if !held {
+                                created.push((l, b.clone()));
+                            }
+                            Some(b)
+                        }
+                        // no copy on that backend: the content comes home into src's host
+                        // copy, which this state takes below
+                        _ => {
+                            b.state(StateOp::Download(src.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "download", &*b, e))?;
+                            None
+                        }
+                    }
+                }
+                None => match mine {
+                    Some(m) => {
+                        m.state(StateOp::Upload(self.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "upload", &*m, e))?;
+                        Some(m)
+                    }
+                    None => None,
+                },
+            };
+            owners.push(owner);
+            Ok(())
+        };
+        for l in 0..n {
+            if let Err(e) = step(l, &mut owners) {
+                for (l, b) in &created {
+                    let _ = b.state(StateOp::Release(self.key(*l)));
+                }
+                return Err(e);
+            }
+        }
+        // this state's device copies of layers it no longer holds (on another backend
+        // than the content's, or past src's layers) are dropped
+        for l in 0..self.res.at.len() {
+            let Some(m) = self.res.owner(l).cloned() else { continue };
+            if !owners.get(l).and_then(Option::as_ref).is_some_and(|o| same(o, &m)) {
+                let _ = m.state(StateOp::Release(self.key(l)));
+                self.res.set(l, n, None);
+            }
+        }
+        std::mem::swap(&mut self.layers, &mut src.layers);
+        (self.pos, self.max_seq, self.overflow) = (src.pos, src.max_seq, src.overflow);
+        for (l, o) in owners.iter().enumerate() {
+            self.res.set(l, n, o.as_ref());
+        }
+        self.res.at.truncate(n);
+        if !self.res.any() {
+            self.res.at.clear();
+        }
+        if release_src {
+            src.drop_device_copies();
+        }
+        Ok(())
+    }
+
     /// A fork with a new id. A device-owned layer is copied on its backend where it can
     /// ([`StateOp::Copy`]: the fork's layer stays there), else through the host.
     pub fn try_clone(&self) -> Result<SeqState, MoveError> {
