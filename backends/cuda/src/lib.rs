@@ -31,6 +31,7 @@
 mod capture;
 mod device;
 mod devstate;
+mod layerstate;
 mod dispatch;
 mod exec;
 pub mod formats;
