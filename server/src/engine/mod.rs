@@ -299,6 +299,15 @@ pub fn run(load: impl FnOnce() -> anyhow::Result<ModelSpec>, rx: Receiver<Msg>, 
 }
 
 impl Engine {
+    /// The live streams for a step, in slot order: the same slots give the same sequence
+    /// table whichever requests they hold (a slot's row keeps its state ids), so a device
+    /// replays its captured step across requests that come and go (docs/serving.md).
+    fn take_live(&mut self) -> Vec<Live> {
+        let mut v = std::mem::take(&mut self.live);
+        v.sort_by_key(|l| l.h.slot());
+        v
+    }
+
     fn idle(&self) -> bool {
         self.waiting.is_empty() && self.prefilling.is_empty() && self.wave.is_empty() && self.live.is_empty()
     }

@@ -18,7 +18,7 @@ impl Engine {
     /// One iteration with drafts: the verify round of the live sequences (its time their
     /// plain step in the step budget), then one prefill pass within the budget.
     pub(super) fn iterate_drafting(&mut self) {
-        let stepping = std::mem::take(&mut self.live);
+        let stepping = self.take_live();
         if !stepping.is_empty() {
             let (k, t0) = (stepping.len(), std::time::Instant::now());
             self.verify_round(stepping);

@@ -24,7 +24,7 @@ impl Engine {
         if self.async_steps {
             return self.iterate_separately(true);
         }
-        let stepping = std::mem::take(&mut self.live);
+        let stepping = self.take_live();
         let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
         let ubatch = self.runner.ubatch.max(1);
         let room = ubatch.saturating_sub(batch.len());
@@ -177,7 +177,7 @@ impl Engine {
     /// plain step); without, a whole chunk (the fallback of `iterate` for a `--ubatch`
     /// too small to hold a pass beside the decode tokens).
     fn iterate_separately(&mut self, overlapped: bool) {
-        let stepping = std::mem::take(&mut self.live);
+        let stepping = self.take_live();
         let batch: Vec<(SlotHandle, u32)> = stepping.iter().map(|l| (l.h, l.next)).collect();
         let t0 = Instant::now();
         let launched = if batch.is_empty() { Ok(false) } else { self.slots.step_begin_with(&self.runner, &batch, overlapped).map(|_| true) };
