@@ -353,6 +353,9 @@ pub fn run(a: BatchArgs) -> Result<()> {
             };
             live.push((slots.bind(r.st)?, r.seq, r.next));
         }
+        // in slot order: the same slots, the same sequence table (a slot's row keeps its
+        // state ids), so a device replays its captured step as sequences come and go
+        live.sort_by_key(|(h, _, _)| h.slot());
         // synchronous: start prompts for the free slots, and one ahead of a slot that
         // frees up (its prefill then rides along in the decode passes)
         while !asynchronous && b.drafting.is_none() && live.len() + ready.len() + filling.len() < n_slots + 1 {
