@@ -30,13 +30,18 @@ fn finite(rows: &[Vec<f32>]) -> bool {
 /// Runs `f` on a CPU runner and on a resident one; the results must be equal (and
 /// finite), and the mock must hold no state once `f`'s states are dropped.
 fn same_as_cpu(what: &str, f: impl Fn(&Arc<Runner>) -> Vec<Vec<f32>>) -> Arc<pn_engine::testing::ResidentMock> {
+    same_as_cpu_with(what, |r, _| f(r))
+}
+
+/// [`same_as_cpu`], `f` also given the mock on the resident run (None on the CPU).
+fn same_as_cpu_with(what: &str, f: impl Fn(&Arc<Runner>, Option<&pn_engine::testing::ResidentMock>) -> Vec<Vec<f32>>) -> Arc<pn_engine::testing::ResidentMock> {
     let mut last = None;
     for name in MODELS {
         let (cpu, _) = single(name, false, 512);
         let (res, mock) = single(name, true, 512);
         let mock = mock.unwrap();
-        let want = f(&Arc::new(cpu));
-        let got = f(&Arc::new(res));
+        let want = f(&Arc::new(cpu), None);
+        let got = f(&Arc::new(res), Some(&mock));
         assert!(finite(&got), "{name}: {what}: NaN logits (host state read without a sync?)");
         assert!(got == want, "{name}: {what}: differs from the CPU");
         assert_eq!(mock.held_states(), 0, "{name}: {what}: states leaked on the mock");
@@ -353,15 +358,7 @@ fn slot_ops(r: &Runner, mock: Option<&pn_engine::testing::ResidentMock>) -> Vec<
 
 #[test]
 fn slot_moves_and_forks_stay_on_the_device() {
-    for name in MODELS {
-        let (cpu, _) = single(name, false, 512);
-        let (res, mock) = single(name, true, 512);
-        let mock = mock.unwrap();
-        let want = slot_ops(&cpu, None);
-        let got = slot_ops(&res, Some(&mock));
-        assert!(finite(&got) && got == want, "{name}: slot moves and forks differ from the CPU");
-        assert_eq!(mock.held_states(), 0, "{name}: states leaked on the mock");
-    }
+    same_as_cpu_with("slot moves and forks", |r, m| slot_ops(r, m));
 }
 
 /// Slots whose sequences come and go (`rebinding` below), on the CPU or on the mock.
@@ -411,13 +408,5 @@ fn rebinding(r: &Runner, mock: Option<&pn_engine::testing::ResidentMock>) -> Vec
 /// sequence table is the same (one captured step replays); every row is bitwise the CPU's.
 #[test]
 fn slot_rows_keep_their_device_states_across_rebinding() {
-    for name in MODELS {
-        let (cpu, _) = single(name, false, 512);
-        let (res, mock) = single(name, true, 512);
-        let mock = mock.unwrap();
-        let want = rebinding(&cpu, None);
-        let got = rebinding(&res, Some(&mock));
-        assert!(finite(&got) && got == want, "{name}: rebound slots differ from the CPU");
-        assert_eq!(mock.held_states(), 0, "{name}: states leaked on the mock");
-    }
+    same_as_cpu_with("rebound slots", |r, m| rebinding(r, m));
 }
