@@ -221,70 +221,55 @@ impl SeqState {
     /// moved (device copies this call made are dropped again).
     pub(crate) fn take_content(&mut self, src: &mut SeqState, release_src: bool) -> Result<(), MoveError> {
         let n = src.layers.len();
-        let mut owners: Vec<Option<Arc<dyn Backend>>> = Vec::with_capacity(n);
-        // keys this call created on a backend (dropped again on an error)
-        let mut created: Vec<(usize, Arc<dyn Backend>)> = Vec::new();
-        let mut step = |l: usize, owners: &mut Vec<Option<Arc<dyn Backend>>>| -> Result<(), MoveError> {
-            let mine = self.res.owner(l).cloned();
-            let owner = match src.res.owner(l).cloned() {
-                Some(b) => {
-                    let held = mine.as_ref().is_some_and(|m| same(m, &b));
-                    match b.state(StateOp::Copy(src.key(l), self.key(l))).map_err(|e| move_err(l, "copy", &*b, e))? {
-                        StateReply::Done => {
-                            if !held {
-                                created.push((l, b.clone()));
-                            }
-                            Some(b)
-                        }
-                        // no copy on that backend: the content comes home into src's host
-                        // copy, which this state takes below
-                        _ => {
-                            b.state(StateOp::Download(src.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "download", &*b, e))?;
-                            None
-                        }
-                    }
-                }
-                None => match mine {
-                    Some(m) => {
-                        m.state(StateOp::Upload(self.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "upload", &*m, e))?;
-                        Some(m)
-                    }
-                    None => None,
-                },
-            };
-            owners.push(owner);
-            Ok(())
-        };
+        let mut owners = Vec::with_capacity(n);
         for l in 0..n {
-            if let Err(e) = step(l, &mut owners) {
-                for (l, b) in &created {
-                    let _ = b.state(StateOp::Release(self.key(*l)));
+            match self.layer_in(src, l) {
+                Ok(o) => owners.push(o),
+                Err(e) => {
+                    // the keys this call created go again (a row's own stay)
+                    for (l, b) in owners.iter().enumerate().filter_map(|(l, o)| Some((l, o.as_ref()?))) {
+                        if !self.res.owner(l).is_some_and(|m| same(m, b)) {
+                            let _ = b.state(StateOp::Release(self.key(l)));
+                        }
+                    }
+                    return Err(e);
                 }
-                return Err(e);
             }
         }
-        // this state's device copies of layers it no longer holds (on another backend
-        // than the content's, or past src's layers) are dropped
-        for l in 0..self.res.at.len() {
-            let Some(m) = self.res.owner(l).cloned() else { continue };
-            if !owners.get(l).and_then(Option::as_ref).is_some_and(|o| same(o, &m)) {
+        // device copies of this state's that no longer hold its content are dropped
+        for l in 0..self.res.at.len().max(n) {
+            let new = owners.get(l).cloned().flatten();
+            if let Some(m) = self.res.owner(l).filter(|m| !new.as_ref().is_some_and(|o| same(o, m))) {
                 let _ = m.state(StateOp::Release(self.key(l)));
-                self.res.set(l, n, None);
             }
-        }
-        std::mem::swap(&mut self.layers, &mut src.layers);
-        (self.pos, self.max_seq, self.overflow) = (src.pos, src.max_seq, src.overflow);
-        for (l, o) in owners.iter().enumerate() {
-            self.res.set(l, n, o.as_ref());
+            self.res.set(l, n, new.as_ref());
         }
         self.res.at.truncate(n);
         if !self.res.any() {
             self.res.at.clear();
         }
+        std::mem::swap(&mut self.layers, &mut src.layers);
+        (self.pos, self.max_seq, self.overflow) = (src.pos, src.max_seq, src.overflow);
         if release_src {
             src.drop_device_copies();
         }
         Ok(())
+    }
+
+    /// Layer `l`'s content of `src` into this state's key ([`SeqState::take_content`]):
+    /// the backend that then owns it (None: the host copy src holds has it).
+    fn layer_in(&self, src: &mut SeqState, l: usize) -> Result<Option<Arc<dyn Backend>>, MoveError> {
+        let Some(b) = src.res.owner(l).cloned() else {
+            let Some(m) = self.res.owner(l).cloned() else { return Ok(None) };
+            m.state(StateOp::Upload(self.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "upload", &*m, e))?;
+            return Ok(Some(m));
+        };
+        if let StateReply::Done = b.state(StateOp::Copy(src.key(l), self.key(l))).map_err(|e| move_err(l, "copy", &*b, e))? {
+            return Ok(Some(b));
+        }
+        // no copy on that backend: home into src's host copy, which this state takes
+        b.state(StateOp::Download(src.key(l), &mut src.layers[l])).map_err(|e| move_err(l, "download", &*b, e))?;
+        Ok(None)
     }
 
     /// A fork with a new id. A device-owned layer is copied on its backend where it can
