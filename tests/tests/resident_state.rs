@@ -410,3 +410,26 @@ fn rebinding(r: &Runner, mock: Option<&pn_engine::testing::ResidentMock>) -> Vec
 fn slot_rows_keep_their_device_states_across_rebinding() {
     same_as_cpu_with("rebound slots", |r, m| rebinding(r, m));
 }
+
+/// A bind whose device work fails (the upload of a fresh state into the row's own copy)
+/// leaves the slot free and the device holding what it held; the next bind works, and
+/// its step is bitwise a fresh sequence's on the CPU.
+#[test]
+fn a_failed_bind_leaves_the_slot_free() {
+    let (cpu, _) = single(MODELS[1], false, 512);
+    let (res, mock) = single(MODELS[1], true, 512);
+    let mock = mock.unwrap();
+    let mut slots = Slots::new(1);
+    let a = slots.bind(prefilled(&res, 40, 4)).unwrap();
+    slots.step(&res, &[(a, 3)]).unwrap();
+    drop(slots.unbind(a).unwrap());
+    let held = mock.held_states();
+    assert!(held > 0, "the free row keeps its device states");
+    mock.fail_next(pn_engine::testing::Fail::StateUpload);
+    assert!(slots.bind(res.new_state(64)).is_err());
+    assert_eq!((slots.n_bound(), mock.held_states()), (0, held));
+    let b = slots.bind(res.new_state(64)).unwrap();
+    let got = slots.step(&res, &[(b, 5)]).unwrap().data;
+    let want = cpu.forward(&mut cpu.new_state(64), &[5], true).unwrap().data;
+    assert!(finite(&[got.clone()]) && got == want, "a rebound fresh sequence differs from a fresh one on the CPU");
+}
