@@ -53,6 +53,7 @@ mod tables;
 pub mod weights;
 
 pub use capture::ResidentStats;
+pub use ops_delta::set_chunked_from as set_delta_chunked_from;
 pub use graphs::{EventId, GraphKey, GraphStats};
 
 use device::Device;

@@ -1,9 +1,12 @@
-//! The gated delta rule on the device (kernels/delta.cu `delta_rule`, the recurrent form;
-//! kernels/delta_chunk.cu, the chunked form), picked by token count like the CPU's
-//! `PN_DELTA_CHUNKED_FROM`: from [`CHUNKED_FROM`] tokens (`PN_CUDA_DELTA_CHUNKED_FROM`
-//! overrides it) the chunked form, below it the recurrence. Both tile Dv over blocks
-//! (rows of S are independent), so any Dv runs on the device. The ssm state is the
-//! layer state's device copy (devstate.rs), updated in place.
+//! The gated delta rule on the device (kernels/delta.cu `delta_rule`, the recurrence;
+//! kernels/delta_chunk.cu, the chunked form). The recurrence runs at every length by
+//! default, the CPU's numeric policy (backends/cpu/src/delta.rs): the reference's sums in
+//! its order, so a prompt gives the same bits in one pass or in chunks of any size, on
+//! every backend. The chunked form (≤ 1e-4 relative to it) runs from
+//! `PN_CUDA_DELTA_CHUNKED_FROM` tokens when set (or [`set_chunked_from`]), to measure it
+//! on a device. Both tile Dv over blocks (rows of S are independent), so any Dv runs on
+//! the device. The ssm state is the layer state's device copy (devstate.rs), updated in
+//! place.
 
 use crate::device::dynamic_shared_max;
 use crate::devstate::RecBufs;
@@ -13,13 +16,13 @@ use crate::ops_state::cuda;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;
 use pn_ops::{OpError, TensorMeta};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Tokens from which the chunked form runs. On the device the recurrence is one
-/// sequential step per token (a block per head walks all T), while the chunked form does
-/// one step per 64 tokens with the work inside a chunk spread over the block, so prefill
-/// goes chunked; decode and short batches stay recurrent (bitwise the reference's sums).
-/// The two differ by float reassociation only (≤ 1e-4 relative, tests/gpu_parity.rs).
-pub const CHUNKED_FROM: usize = 64;
+/// Tokens from which the chunked form runs by default: never (see the module doc). On the
+/// device the recurrence is one sequential step per token (a block per head walks all
+/// T), the chunked form one per 64 tokens with the work inside a chunk spread over the
+/// block: faster for long prefills, unmeasured on a device so far (docs/cuda.md).
+pub const CHUNKED_FROM: usize = usize::MAX;
 
 /// Tokens per chunk and V rows per block of the chunked kernels (kernels/delta_chunk.cu).
 const DC: usize = 64;
@@ -29,15 +32,30 @@ const SCRATCH_MAX: usize = 1 << 26;
 /// Most rows of S per block of the recurrent kernel.
 const REC_THREADS: usize = 256;
 
-/// [`CHUNKED_FROM`], or `PN_CUDA_DELTA_CHUNKED_FROM` when set (read once).
+/// The threshold in force (0: not read from the environment yet).
+static FROM: AtomicUsize = AtomicUsize::new(0);
+
+/// [`CHUNKED_FROM`], or `PN_CUDA_DELTA_CHUNKED_FROM` when set (read once), or what
+/// [`set_chunked_from`] set.
 pub fn chunked_from() -> usize {
-    static V: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("PN_CUDA_DELTA_CHUNKED_FROM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(CHUNKED_FROM)
-    })
+    match FROM.load(Ordering::Relaxed) {
+        0 => {
+            let v = std::env::var("PN_CUDA_DELTA_CHUNKED_FROM")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(CHUNKED_FROM)
+                .max(1);
+            FROM.store(v, Ordering::Relaxed);
+            v
+        }
+        v => v,
+    }
+}
+
+/// The chunked form from `n` tokens on, process-wide (the parity tests of the chunked
+/// kernels; `usize::MAX`: never).
+pub fn set_chunked_from(n: usize) {
+    FROM.store(n.max(1), Ordering::Relaxed);
 }
 
 #[derive(Clone, Copy)]

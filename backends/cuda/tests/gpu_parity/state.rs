@@ -217,8 +217,10 @@ fn delta_case(what: &str, (dk, hk, dv, hv): (usize, usize, usize, usize), t: usi
 
 #[test]
 fn delta_rule_chunked_vs_recurrent() {
-    // From pn_cuda's CHUNKED_FROM (64) tokens the device runs the chunked form; the CPU
-    // runs the recurrence: they agree to float reassociation.
+    // The device's chunked form from 64 tokens (off by default, as on the CPU; process-wide:
+    // tools/gpu-check.sh runs each test in its own process); the CPU runs the recurrence:
+    // they agree to float reassociation.
+    pn_cuda::set_delta_chunked_from(64);
     for (geo, t) in [
         ((64, 2, 64, 4), 64),
         ((32, 2, 48, 4), 150),
@@ -232,7 +234,8 @@ fn delta_rule_chunked_vs_recurrent() {
 
 #[test]
 fn delta_rule_wide_v_heads() {
-    // Dv > 1024: rows of S tiled over blocks (recurrent and chunked)
+    // Dv > 1024: rows of S tiled over blocks (recurrent, and chunked from 64 tokens)
+    pn_cuda::set_delta_chunked_from(64);
     delta_case("DeltaRule Dv=1100 T=3", (32, 1, 1100, 2), 3, 1e-5);
     delta_case("DeltaRule Dv=1100 T=70", (32, 1, 1100, 2), 70, 1e-4);
 }
