@@ -238,17 +238,30 @@ impl Slots {
     }
     /// Change the slot count. Every binding is invalidated (the generation changes, old
     /// handles are errors); the bound sequences are handed back in slot order to rebind.
+    /// On an error (a device copy failed) the table stays as it was.
     pub fn resize(&mut self, n: usize) -> Result<Vec<SeqState>, SlotError> {
         if self.inflight.is_some() {
             return Err(SlotError::InFlight);
         }
         let mut out = Vec::new();
         for h in self.bound() {
-            out.push(self.unbind(h)?);
+            match self.unbind(h) {
+                Ok(st) => out.push((h, st)),
+                Err(e) => {
+                    // back into their rows under their old bindings: nothing lost, every
+                    // handle still good, the table as it was
+                    for (h, st) in out {
+                        if self.bind_at(h.slot(), st).is_ok() {
+                            self.slots[h.slot()].binding = h.binding;
+                        }
+                    }
+                    return Err(e);
+                }
+            }
         }
         self.slots = new_table(n.clamp(1, MAX_SLOTS));
         self.generation = self.generation.wrapping_add(1).max(1);
-        Ok(out)
+        Ok(out.into_iter().map(|(_, st)| st).collect())
     }
 
     /// Take the states of a step's slots (checked: live, distinct) out of the table.

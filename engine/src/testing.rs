@@ -64,6 +64,7 @@ pub enum Fail {
     Execute(&'static str),
     StateUpload,
     StateDownload,
+    StateCopy,
     StateReset,
     StateSnapshot,
 }
@@ -268,6 +269,7 @@ impl ResidentMock {
                 s.counts.state_download_bytes += st.bytes() as u64;
             }
             StateOp::Copy(from, to) => {
+                s.fail(&Fail::StateCopy)?;
                 let st = s.states.get(&from).ok_or_else(|| held(&from))?.clone();
                 if s.states.insert(to, st).is_none() {
                     s.counts.state_allocs += 1;

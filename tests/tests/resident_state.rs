@@ -433,3 +433,32 @@ fn a_failed_bind_leaves_the_slot_free() {
     let want = cpu.forward(&mut cpu.new_state(64), &[5], true).unwrap().data;
     assert!(finite(&[got.clone()]) && got == want, "a rebound fresh sequence differs from a fresh one on the CPU");
 }
+
+/// A resize whose device copy fails keeps the table as it was: every sequence bound under
+/// its handle, and its next step bitwise the CPU's.
+#[test]
+fn a_failed_resize_keeps_the_table() {
+    let (cpu, _) = single(MODELS[1], false, 512);
+    let (res, mock) = single(MODELS[1], true, 512);
+    let mock = mock.unwrap();
+    let run = |r: &Runner, fail: Option<&pn_engine::testing::ResidentMock>| -> Vec<f32> {
+        let mut slots = Slots::new(3);
+        // slot 0 a fresh sequence (its layers on the host: no device copy moves it out),
+        // slots 1 and 2 prefilled ones (on the device)
+        let mut hs = vec![slots.bind(r.new_state(64)).unwrap()];
+        hs.extend((1..3).map(|i| slots.bind(prefilled(r, 50 + i, 3 + i as usize)).unwrap()));
+        if let Some(m) = fail {
+            // slot 0 comes out, then slot 1's copy out of its row fails: slot 0 goes back
+            m.fail_next(pn_engine::testing::Fail::StateCopy);
+        }
+        let batch: Vec<(SlotHandle, u32)> = hs.iter().map(|&h| (h, 7)).collect();
+        if fail.is_some() {
+            assert!(slots.resize(2).is_err(), "the injected copy failure");
+            assert_eq!(slots.bound(), hs, "the same bindings after the failed resize");
+        }
+        slots.step(r, &batch).unwrap().data
+    };
+    let want = run(&cpu, None);
+    let got = run(&res, Some(&mock));
+    assert!(finite(&[got.clone()]) && got == want, "the table after a failed resize differs from the CPU");
+}
