@@ -170,9 +170,13 @@ impl Slots {
             return Err(SlotError::Occupied { slot });
         }
         s.state.as_mut().expect("a free slot holds its row").take_content(&mut st, true).map_err(RunError::from)?;
-        s.binding = self.next_binding;
+        Ok(self.new_binding(slot))
+    }
+    /// Marks `slot` bound under a new serial; its handle.
+    fn new_binding(&mut self, slot: usize) -> SlotHandle {
+        self.slots[slot].binding = self.next_binding;
         self.next_binding += 1;
-        Ok(self.handle(slot).expect("just bound"))
+        self.handle(slot).expect("just bound")
     }
     /// Free the slot and hand its sequence back (the handle becomes stale): the row's
     /// content moves into a new state (a device copies it there; the row keeps its own).
@@ -210,9 +214,7 @@ impl Slots {
         self.slots[i].state = Some(from);
         moved.map_err(RunError::from)?;
         self.slots[i].binding = 0;
-        self.slots[dst].binding = self.next_binding;
-        self.next_binding += 1;
-        Ok(self.handle(dst).expect("just bound"))
+        Ok(self.new_binding(dst))
     }
     /// Copy a sequence's state into the free slot `dst` (a fork: both continue
     /// independently from the same point; a device backend copies its layers on the

@@ -217,8 +217,10 @@ impl SeqState {
     /// into this state's device copy where it holds one ([`StateOp::Upload`], in place),
     /// else stays a host copy. `release_src`: drop `src`'s device copies after (a
     /// sequence being bound); else they stay (a row moved out keeps its buffers). Left in
-    /// `src`: this state's old host copies (for a free row, none). On an error nothing
-    /// moved (device copies this call made are dropped again).
+    /// `src`: this state's old host copies (for a free row, none). On an error neither
+    /// state's bookkeeping changed and the device copies this call made are dropped
+    /// again; a host layer already uploaded holds what the backend left in it after the
+    /// upload (its content on a real device; a test backend poisons it).
     pub(crate) fn take_content(&mut self, src: &mut SeqState, release_src: bool) -> Result<(), MoveError> {
         let n = src.layers.len();
         let mut owners = Vec::with_capacity(n);
