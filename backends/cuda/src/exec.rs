@@ -48,13 +48,57 @@ impl Buf {
 }
 
 /// One kernel argument, typed as the kernel's C signature: a pointer, `int`, `long long`
-/// (`i64`), `float`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// (`i64`), `float`, or a sequence table passed by value.
+#[derive(Clone, Debug, PartialEq)]
 pub enum Arg {
     P(u64),
     I(i32),
     L(i64),
     F(f32),
+    T(Box<SeqTab>),
+}
+
+/// Most sequences of one multi-sequence launch (kernels/delta.cu `SEQ_TAB`).
+pub const SEQ_TAB: usize = 16;
+
+/// The sequences of a multi-sequence launch, passed by value as the kernel's `SeqTab`
+/// (kernels/delta.cu, the same C layout: 16 addresses, 17 ints, an int; 200 bytes): a
+/// captured graph replays it with the launch, nothing to upload. Sequence z has the layer
+/// state buffer `st[z]` and the pass's tokens `t0[z]..t0[z + 1]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SeqTab {
+    pub st: [u64; SEQ_TAB],
+    pub t0: [i32; SEQ_TAB + 1],
+    pub n: i32,
+}
+
+impl SeqTab {
+    /// Tables of at most [`SEQ_TAB`] sequences each for `states` (one buffer per
+    /// sequence) and their token counts `lens`, in order; the first starts at token `t0`.
+    pub fn groups(states: &[Buf], lens: &[usize], t0: usize) -> Vec<SeqTab> {
+        let mut out = Vec::with_capacity(states.len().div_ceil(SEQ_TAB));
+        let mut at = t0;
+        for (sts, ls) in states.chunks(SEQ_TAB).zip(lens.chunks(SEQ_TAB)) {
+            let mut t = SeqTab { st: [0; SEQ_TAB], t0: [0; SEQ_TAB + 1], n: sts.len() as i32 };
+            t.t0[0] = at as i32;
+            for (z, (b, &len)) in sts.iter().zip(ls).enumerate() {
+                t.st[z] = b.ptr;
+                at += len;
+                t.t0[z + 1] = at as i32;
+            }
+            // the unused entries repeat the end (no tokens)
+            for z in sts.len()..SEQ_TAB {
+                t.t0[z + 1] = at as i32;
+            }
+            out.push(t);
+        }
+        out
+    }
+    /// Tokens of the pass this table covers.
+    pub fn tokens(&self) -> usize {
+        (self.t0[self.n as usize] - self.t0[0]) as usize
+    }
 }
 
 /// One command on the backend's stream, with every address and scalar it uses (kernels
@@ -106,6 +150,11 @@ impl K {
         self.args.push(Arg::F(x));
         self
     }
+    /// A sequence table, by value.
+    pub fn tab(mut self, t: &SeqTab) -> K {
+        self.args.push(Arg::T(Box::new(*t)));
+        self
+    }
     pub fn cfg(self, c: LaunchConfig) -> Cmd {
         Cmd::Kernel {
             name: self.name,
@@ -139,11 +188,16 @@ pub fn fingerprint(cmds: &[Cmd]) -> Vec<u64> {
                 v.push(*shared as u64);
                 v.push(args.len() as u64);
                 for a in args {
-                    let (tag, bits) = match *a {
-                        Arg::P(x) => (1, x),
-                        Arg::I(x) => (2, x as u32 as u64),
-                        Arg::L(x) => (3, x as u64),
+                    let (tag, bits) = match a {
+                        Arg::P(x) => (1, *x),
+                        Arg::I(x) => (2, *x as u32 as u64),
+                        Arg::L(x) => (3, *x as u64),
                         Arg::F(x) => (4, x.to_bits() as u64),
+                        Arg::T(t) => {
+                            v.extend(t.st);
+                            v.extend(t.t0.iter().map(|&x| x as u32 as u64));
+                            (5, t.n as u32 as u64)
+                        }
                     };
                     v.push(tag);
                     v.push(bits);
@@ -174,12 +228,14 @@ pub fn launch(d: &Device, c: &Cmd) -> Result<(), CudaError> {
                     Arg::I(x) => x as *const i32 as *mut c_void,
                     Arg::L(x) => x as *const i64 as *mut c_void,
                     Arg::F(x) => x as *const f32 as *mut c_void,
+                    Arg::T(t) => &**t as *const SeqTab as *mut c_void,
                 })
                 .collect();
             // SAFETY: `f` is a function of a module the device keeps loaded; every launch
             // site passes the arguments in the order and with the C types of the kernel's
             // signature (pointers as 8-byte addresses of live device buffers, `int` as i32,
-            // `long long` as i64, `float` as f32); `params` points into `args`, which
+            // `long long` as i64, `float` as f32, a `SeqTab` as the `repr(C)` struct of the
+            // same layout whose addresses are live layer states); `params` points into `args`, which
             // outlives the call (the driver copies the values before returning); grids are
             // sized to the buffers and the kernels bound-check their indices.
             unsafe {
@@ -537,5 +593,40 @@ mod tests {
                 bytes: 60
             }
         );
+    }
+
+    #[test]
+    fn sequence_tables_have_the_kernels_layout_and_cover_the_pass() {
+        // the C struct of kernels/delta.cu: 16 addresses, 17 ints, an int
+        assert!(include_str!("../kernels/delta.cu").contains(&format!("#define SEQ_TAB {SEQ_TAB}\n")));
+        assert_eq!(std::mem::size_of::<SeqTab>(), 8 * SEQ_TAB + 4 * (SEQ_TAB + 1) + 4);
+        assert_eq!(std::mem::align_of::<SeqTab>(), 8);
+        let t = SeqTab { st: [0; SEQ_TAB], t0: [0; SEQ_TAB + 1], n: 0 };
+        let base = &t as *const SeqTab as usize;
+        assert_eq!(t.t0.as_ptr() as usize - base, 8 * SEQ_TAB);
+        assert_eq!(&t.n as *const i32 as usize - base, 8 * SEQ_TAB + 4 * (SEQ_TAB + 1));
+        // 20 sequences of 1..=20 tokens: two tables, the second going on where the first ends
+        let bufs: Vec<Buf> = (0..20u64).map(|i| Buf { ptr: 0x1000 * (i + 1), bytes: 64 }).collect();
+        let lens: Vec<usize> = (1..=20).collect();
+        let g = SeqTab::groups(&bufs, &lens, 0);
+        assert_eq!(g.len(), 2);
+        assert_eq!((g[0].n, g[1].n), (16, 4));
+        assert_eq!(g[0].t0[0], 0);
+        assert_eq!(g[0].t0[16], (1..=16).sum::<i32>());
+        assert_eq!(g[1].t0[0], g[0].t0[16]);
+        assert_eq!(g[1].t0[4], (1..=20).sum::<i32>());
+        assert_eq!(g[1].t0[SEQ_TAB], g[1].t0[4], "unused entries hold no tokens");
+        assert_eq!(g[0].tokens() + g[1].tokens(), lens.iter().sum::<usize>());
+        for (z, b) in bufs.iter().enumerate() {
+            let (tab, i) = (&g[z / SEQ_TAB], z % SEQ_TAB);
+            assert_eq!(tab.st[i], b.ptr);
+            assert_eq!((tab.t0[i + 1] - tab.t0[i]) as usize, lens[z]);
+        }
+        // a table is part of a command's fingerprint
+        let cmd = |t: &SeqTab| Cmd::Kernel { name: "k", f: 1, grid: [1, 1, 1], block: [32, 1, 1], shared: 0, args: vec![Arg::T(Box::new(*t))] };
+        let mut other = g[0];
+        other.st[3] += 8;
+        assert_ne!(fingerprint(&[cmd(&g[0])]), fingerprint(&[cmd(&other)]));
+        assert_eq!(fingerprint(&[cmd(&g[0])]), fingerprint(&[cmd(&g[0].clone())]));
     }
 }

@@ -10,7 +10,7 @@
 
 use crate::device::dynamic_shared_max;
 use crate::devstate::RecBufs;
-use crate::exec::{Buf, Cx};
+use crate::exec::{Buf, Cx, SeqTab};
 use crate::opnd::Opnd;
 use crate::ops_state::cuda;
 use crate::CudaError;
@@ -103,6 +103,55 @@ pub fn delta_rule(
         }
     };
     run(cx).map_err(cuda(OP))
+}
+
+/// [`delta_rule`] for every sequence of a pass at once, the recurrence (`states[z]`
+/// sequence z's ssm, `lens[z]` its tokens, in order on the token axis): one launch per
+/// [`SeqTab`] of up to 16 sequences, grid (V head, row tile, sequence), each block what it
+/// computes for its sequence alone. False (nothing run) when a sequence is long enough for
+/// the chunked form: the caller runs them one by one.
+pub fn delta_rule_seqs(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    states: &[RecBufs],
+    lens: &[usize],
+) -> Result<bool, OpError> {
+    const OP: &str = "DeltaRule";
+    if lens.iter().any(|&n| n >= chunked_from()) {
+        return Ok(false);
+    }
+    let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
+    let [dv, hv, t, _] = out.shape.0;
+    if dk * dv * hv == 0 || t == 0 {
+        return Ok(true);
+    }
+    let scale = 1.0f32 / (dk as f32).sqrt();
+    let ssm: Vec<Buf> = states.iter().map(|s| s.ssm).collect();
+    let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
+        let mut ups = [Buf::NULL; 5];
+        for (u, o) in ups.iter_mut().zip(&ins[..5]) {
+            *u = o.f32()?;
+        }
+        let threads = dv.div_ceil(32).min(REC_THREADS / 32) * 32;
+        let use_sh = 2 * dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule_seqs"));
+        for tab in SeqTab::groups(&ssm, lens, 0) {
+            let mut b = cx.d.k("delta_rule_seqs")?.tab(&tab);
+            for u in ups {
+                b = b.p(u);
+            }
+            let b = b.p(y).i(i(dk)).i(i(hk)).i(i(dv)).i(i(hv)).f(scale).i(use_sh as i32);
+            cx.go(b.cfg(LaunchConfig {
+                grid_dim: (hv as u32, dv.div_ceil(threads) as u32, tab.n as u32),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: if use_sh { (2 * dk * 4) as u32 } else { 0 },
+            }))?;
+        }
+        Ok(())
+    };
+    run(cx).map_err(cuda(OP))?;
+    Ok(true)
 }
 
 fn i(x: usize) -> i32 {

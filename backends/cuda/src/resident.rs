@@ -169,6 +169,30 @@ fn multi(
         )));
     }
     let t: usize = lens.iter().sum();
+    if matches!(op, Op::DeltaRule { .. } | Op::Conv1dCausal { .. }) && lens.len() > 1 {
+        // every sequence in one launch (per 16), each on its row's state in place; the
+        // operands hold the pass's t tokens on their token axis (the kernels' offsets)
+        for o in ins {
+            slice_opnd(o, t, 0, t).map_err(&e)?;
+        }
+        token_slice(&meta.shape, t, 0, t).map_err(&e)?;
+        let mut bufs = Vec::with_capacity(keys.len());
+        for &key in keys {
+            match states.get_mut(key).map_err(&e)? {
+                DevState::Rec(r) => bufs.push(r.bufs()),
+                _ => return Err(e(format!("{} needs a recurrent layer state", op.kind()))),
+            }
+        }
+        cx.new_op();
+        match op {
+            Op::Conv1dCausal { d_conv, .. } => return crate::ops_state::conv1d_seqs(cx, ins, y, meta, &bufs, lens, *d_conv),
+            _ => {
+                if crate::ops_delta::delta_rule_seqs(cx, ins, y, meta, &bufs, lens)? {
+                    return Ok(());
+                }
+            }
+        }
+    }
     let mut t0 = 0;
     for (&key, &n) in keys.iter().zip(lens) {
         let sub: Vec<Opnd<'_>> = ins

@@ -330,6 +330,38 @@ fn resident_runner_on_a_device() {
                 last.row(i) == all.row(end - 1),
                 "{name}: prompt {i}'s last row differs from its row in all logits"
             );
+            // the stateful ops ran every prompt in one launch (ops_delta / ops_state
+            // `*_seqs`): each row is the prompt's own
+            let alone = rg.forward(&mut rg.new_state(64), &prompt[..n], true).unwrap();
+            for r in 0..n {
+                assert!(
+                    all.row(end - n + r) == alone.row(r),
+                    "{name}: prompt {i} row {r} differs from the prompt alone"
+                );
+            }
+        }
+        // 17 sequences: two sequence tables (16 + 1) in one decode pass
+        let mut many: Vec<_> = (0..17)
+            .map(|i| {
+                let mut s = rg.new_state(64);
+                rg.forward(&mut s, &prompt[..1 + i % 4], false).unwrap();
+                s
+            })
+            .collect();
+        let alone: Vec<Vec<f32>> = many
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let tok = [tokens[i % tokens.len()]];
+                rg.forward(&mut s.try_clone().unwrap(), &tok, false).unwrap().data
+            })
+            .collect();
+        let toks: Vec<[u32; 1]> = (0..17).map(|i| [tokens[i % tokens.len()]]).collect();
+        let mut parts: Vec<(&mut pn_engine::SeqState, &[u32])> =
+            many.iter_mut().zip(&toks).map(|(s, t)| (s, &t[..])).collect();
+        let multi = rg.forward_multi(&mut parts).expect("17 sequences");
+        for (i, row) in alone.iter().enumerate() {
+            assert!(multi.row(i) == &row[..], "{name}: sequence {i} of 17 differs from it alone");
         }
     }
     assert!(n > 0, "no fixture found (set PN_E2E_MODELS)");
