@@ -11,35 +11,9 @@ struct SeqTab {
     int n;
 };
 
-// out[t][c] = Σ_{i<d_conv} X_c[t+i]·w[c][i] over the window X = [state (d_conv−1 rows) | x].
-// One thread per (channel, token).
-extern "C" __global__ void conv1d_causal(const float* __restrict__ st, const float* __restrict__ x, const float* __restrict__ w,
-                                         float* __restrict__ y, int C, int T, int d_conv) {
-    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (i64)C * T) return;
-    int c = (int)(idx % C), t = (int)(idx / C);
-    int ns = d_conv - 1;
-    float sum = 0.0f;
-    for (int i = 0; i < d_conv; i++) {
-        int r = t + i;
-        float xv = r < ns ? st[(i64)r * C + c] : x[(i64)(r - ns) * C + c];
-        sum += xv * w[(i64)c * d_conv + i];
-    }
-    y[idx] = sum;
-}
-
-// New state: the last d_conv−1 rows of the window. One thread per element of new_st.
-extern "C" __global__ void conv_state_update(const float* __restrict__ st, const float* __restrict__ x, float* __restrict__ new_st,
-                                             int C, int T, int d_conv) {
-    int ns = d_conv - 1;
-    i64 idx = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (i64)ns * C) return;
-    int c = (int)(idx % C), r = (int)(idx / C) + T;  // window row
-    new_st[idx] = r < ns ? st[(i64)r * C + c] : x[(i64)(r - ns) * C + c];
-}
-
-// conv1d_causal for every sequence of `tab`: one thread per (channel, token t0[0]..t0[n]
-// of the pass); the token's sequence found in the table (at most SEQ_TAB entries).
+// The causal conv for every sequence of `tab`: out[t][c] = Σ_{i<d_conv} X_c[t+i]·w[c][i]
+// over the sequence's window X = [state (d_conv−1 rows) | its x]. One thread per
+// (channel, token t0[0]..t0[n] of the pass); the token's sequence found in the table.
 extern "C" __global__ void conv1d_causal_seqs(const SeqTab tab, const float* __restrict__ x, const float* __restrict__ w,
                                               float* __restrict__ y, int C, int d_conv) {
     int T = tab.t0[tab.n] - tab.t0[0];
@@ -60,8 +34,8 @@ extern "C" __global__ void conv1d_causal_seqs(const SeqTab tab, const float* __r
     y[(i64)t * C + c] = sum;
 }
 
-// conv_state_update for every sequence of `tab` into new_st[z] ([n][d_conv − 1][C]):
-// grid (ceil((d_conv − 1)·C / blockDim.x), n).
+// Each sequence's new window (the last d_conv−1 rows of X) into new_st[z] ([n][d_conv −
+// 1][C]), read before any is stored back: grid (ceil((d_conv − 1)·C / blockDim.x), n).
 extern "C" __global__ void conv_state_update_seqs(const SeqTab tab, const float* __restrict__ x, float* __restrict__ new_st,
                                                   int C, int d_conv) {
     int ns = d_conv - 1, z = blockIdx.y;
@@ -82,8 +56,8 @@ extern "C" __global__ void conv_state_store_seqs(const SeqTab tab, const float* 
     ((float*)tab.st[z])[idx] = new_st[(i64)z * ns * C + idx];
 }
 
-// Gated delta rule, sequential over tokens (the recurrent form: decode and short inputs).
-// grid (Hv, ceil(Dv / blockDim.x)): V head h (K head h mod Hk), thread j = blockIdx.y ·
+// Gated delta rule, sequential over tokens (the recurrent form: decode and short inputs),
+// for one sequence; block (V head, row tile): V head h (K head h mod Hk), thread j = blockIdx.y ·
 // blockDim.x + threadIdx.x owns row j of ssm[h] (ssm[h][j][i] = S_h[i][j]), updated in
 // place (rows are independent, so Dv tiles over blocks):
 // S *= expf(g); kv_j = Σ_i S[i][j] k_i; δ_j = (v_j − kv_j)·β; S[i][j] += k_i δ_j;
@@ -130,15 +104,9 @@ __device__ __forceinline__ void delta_rule_body(float* __restrict__ ssm, const f
     }
 }
 
-extern "C" __global__ void delta_rule(float* __restrict__ ssm, const float* __restrict__ q, const float* __restrict__ k,
-                                      const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
-                                      float* __restrict__ y, int Dk, int Hk, int Dv, int Hv, int T, float scale, int use_sh) {
-    delta_rule_body(ssm, q, k, v, g, beta, y, Dk, Hk, Dv, Hv, T, scale, use_sh);
-}
-
-// delta_rule for every sequence of `tab` in one launch: grid (Hv, ceil(Dv / blockDim.x), n),
-// blockIdx.z the sequence (its ssm, its tokens of the pass); each block computes exactly
-// what delta_rule computes for that sequence alone.
+// The gated delta rule for every sequence of `tab` in one launch: grid (Hv, ceil(Dv /
+// blockDim.x), n), blockIdx.z the sequence (its ssm, its tokens of the pass); each block
+// computes exactly what it computes for that sequence alone (one sequence: the same kernel).
 extern "C" __global__ void delta_rule_seqs(const SeqTab tab, const float* __restrict__ q, const float* __restrict__ k,
                                            const float* __restrict__ v, const float* __restrict__ g,
                                            const float* __restrict__ beta, float* __restrict__ y, int Dk, int Hk, int Dv,

@@ -108,7 +108,7 @@ pub const MODULES: &[Module] = &[
         file: "delta.cu",
         source: include_str!("../kernels/delta.cu"),
         blocks: false,
-        entries: &["conv1d_causal", "conv_state_update", "delta_rule", "conv1d_causal_seqs", "conv_state_update_seqs", "conv_state_store_seqs", "delta_rule_seqs"],
+        entries: &["conv1d_causal_seqs", "conv_state_update_seqs", "conv_state_store_seqs", "delta_rule_seqs"],
     },
     Module {
         file: "delta_chunk.cu",

@@ -76,12 +76,48 @@ pub fn delta_rule(
     out: &TensorMeta,
     st: &RecBufs,
 ) -> Result<(), OpError> {
+    let t = out.shape.0[2];
+    delta_rule_in(cx, ins, y, out, &[st.ssm], &[t], true).map(|_| ())
+}
+
+/// [`delta_rule`] for every sequence of a pass at once (`states[z]` sequence z's ssm,
+/// `lens[z]` its tokens, in order on the token axis), the recurrence: one launch per
+/// [`SeqTab`] of up to 16 sequences. False (nothing run) when a sequence is long enough
+/// for the chunked form: the caller runs them one by one.
+pub fn delta_rule_seqs(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    states: &[RecBufs],
+    lens: &[usize],
+) -> Result<bool, OpError> {
+    let ssm: Vec<Buf> = states.iter().map(|s| s.ssm).collect();
+    delta_rule_in(cx, ins, y, out, &ssm, lens, false)
+}
+
+/// The sequences `lens` (states `ssm`) of the pass: the recurrence for all of them, or
+/// with one sequence (`one`) long enough for it, the chunked form. False: a sequence of
+/// several is long enough for the chunked form, nothing run.
+fn delta_rule_in(
+    cx: &mut Cx<'_>,
+    ins: &[Opnd<'_>],
+    y: Buf,
+    out: &TensorMeta,
+    ssm: &[Buf],
+    lens: &[usize],
+    one: bool,
+) -> Result<bool, OpError> {
     const OP: &str = "DeltaRule";
+    let chunked = lens.iter().any(|&n| n >= chunked_from());
+    if chunked && !one {
+        return Ok(false);
+    }
     let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
     let [dv, hv, t, _] = out.shape.0;
     // the state's shape was checked once (pn_ops::StateShape::check) before its upload
     if dk * dv * hv == 0 || t == 0 {
-        return Ok(());
+        return Ok(true);
     }
     let g = Geom {
         dk,
@@ -96,59 +132,11 @@ pub fn delta_rule(
         for (u, o) in ups.iter_mut().zip(&ins[..5]) {
             *u = o.f32()?;
         }
-        if t >= chunked_from() {
-            chunked(cx, g, st.ssm, &ups, y)
+        if chunked {
+            chunked_form(cx, g, ssm[0], &ups, y)
         } else {
-            recurrent(cx, g, st.ssm, &ups, y)
+            recurrent(cx, g, ssm, lens, &ups, y)
         }
-    };
-    run(cx).map_err(cuda(OP))
-}
-
-/// [`delta_rule`] for every sequence of a pass at once, the recurrence (`states[z]`
-/// sequence z's ssm, `lens[z]` its tokens, in order on the token axis): one launch per
-/// [`SeqTab`] of up to 16 sequences, grid (V head, row tile, sequence), each block what it
-/// computes for its sequence alone. False (nothing run) when a sequence is long enough for
-/// the chunked form: the caller runs them one by one.
-pub fn delta_rule_seqs(
-    cx: &mut Cx<'_>,
-    ins: &[Opnd<'_>],
-    y: Buf,
-    out: &TensorMeta,
-    states: &[RecBufs],
-    lens: &[usize],
-) -> Result<bool, OpError> {
-    const OP: &str = "DeltaRule";
-    if lens.iter().any(|&n| n >= chunked_from()) {
-        return Ok(false);
-    }
-    let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
-    let [dv, hv, t, _] = out.shape.0;
-    if dk * dv * hv == 0 || t == 0 {
-        return Ok(true);
-    }
-    let scale = 1.0f32 / (dk as f32).sqrt();
-    let ssm: Vec<Buf> = states.iter().map(|s| s.ssm).collect();
-    let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
-        let mut ups = [Buf::NULL; 5];
-        for (u, o) in ups.iter_mut().zip(&ins[..5]) {
-            *u = o.f32()?;
-        }
-        let threads = dv.div_ceil(32).min(REC_THREADS / 32) * 32;
-        let use_sh = 2 * dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule_seqs"));
-        for tab in SeqTab::groups(&ssm, lens, 0) {
-            let mut b = cx.d.k("delta_rule_seqs")?.tab(&tab);
-            for u in ups {
-                b = b.p(u);
-            }
-            let b = b.p(y).i(i(dk)).i(i(hk)).i(i(dv)).i(i(hv)).f(scale).i(use_sh as i32);
-            cx.go(b.cfg(LaunchConfig {
-                grid_dim: (hv as u32, dv.div_ceil(threads) as u32, tab.n as u32),
-                block_dim: (threads as u32, 1, 1),
-                shared_mem_bytes: if use_sh { (2 * dk * 4) as u32 } else { 0 },
-            }))?;
-        }
-        Ok(())
     };
     run(cx).map_err(cuda(OP))?;
     Ok(true)
@@ -158,34 +146,29 @@ fn i(x: usize) -> i32 {
     x as i32
 }
 
-/// `ups`: q, k, v, g, β on the device.
-fn recurrent(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
+/// `ups`: q, k, v, g, β on the device. One launch per [`SeqTab`] (grid: V head, row tile,
+/// sequence), each block what it computes for its sequence alone.
+fn recurrent(cx: &mut Cx<'_>, g: Geom, ssm: &[Buf], lens: &[usize], ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let threads = g.dv.div_ceil(32).min(REC_THREADS / 32) * 32;
-    let use_sh = 2 * g.dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule"));
-    let mut b = cx.d.k("delta_rule")?.p(s);
-    for u in ups {
-        b = b.p(*u);
+    let use_sh = 2 * g.dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule_seqs"));
+    for tab in SeqTab::groups(ssm, lens, 0) {
+        let mut b = cx.d.k("delta_rule_seqs")?.tab(&tab);
+        for u in ups {
+            b = b.p(*u);
+        }
+        let b = b.p(y).i(i(g.dk)).i(i(g.hk)).i(i(g.dv)).i(i(g.hv)).f(g.scale).i(use_sh as i32);
+        cx.go(b.cfg(LaunchConfig {
+            grid_dim: (g.hv as u32, g.dv.div_ceil(threads) as u32, tab.n as u32),
+            block_dim: (threads as u32, 1, 1),
+            shared_mem_bytes: if use_sh { (2 * g.dk * 4) as u32 } else { 0 },
+        }))?;
     }
-    let b = b
-        .p(y)
-        .i(i(g.dk))
-        .i(i(g.hk))
-        .i(i(g.dv))
-        .i(i(g.hv))
-        .i(i(g.t))
-        .f(g.scale)
-        .i(use_sh as i32);
-    let cfg = LaunchConfig {
-        grid_dim: (g.hv as u32, g.dv.div_ceil(threads) as u32, 1),
-        block_dim: (threads as u32, 1, 1),
-        shared_mem_bytes: if use_sh { (2 * g.dk * 4) as u32 } else { 0 },
-    };
-    cx.go(b.cfg(cfg))
+    Ok(())
 }
 
 /// Chunks in groups that fit [`SCRATCH_MAX`]: `delta_chunk_prep` for every chunk of the
 /// group at once, then `delta_chunk_apply` through them in order.
-fn chunked(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
+fn chunked_form(cx: &mut Cx<'_>, g: Geom, s: Buf, ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let n_chunks = g.t.div_ceil(DC);
     let stride = 2 * DC * DC + DC * g.dk + DC;
     let group = (SCRATCH_MAX / (g.hv * stride)).clamp(1, n_chunks.min(65535));

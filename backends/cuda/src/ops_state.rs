@@ -5,7 +5,7 @@
 use crate::device::grid1;
 use cudarc::driver::LaunchConfig;
 use crate::devstate::RecBufs;
-use crate::exec::{Buf, Cmd, Cx, SeqTab};
+use crate::exec::{Buf, Cx, SeqTab};
 use crate::opnd::Opnd;
 use crate::CudaError;
 use pn_ops::{OpError, TensorMeta};
@@ -26,49 +26,7 @@ pub fn conv1d(
     st: &RecBufs,
     d_conv: usize,
 ) -> Result<(), OpError> {
-    const OP: &str = "Conv1dCausal";
-    let c = out.shape.0[0];
-    let t = out.shape.rows();
-    let ns = d_conv.saturating_sub(1);
-    // the state's shape was checked once (pn_ops::StateShape::check) before its upload
-    if c * t == 0 {
-        return Ok(());
-    }
-    let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
-        let d = cx.d;
-        let w = d.weight_f32(&ins[1].weight()?)?;
-        let x = ins[0].f32()?;
-        let (ci, ti, di) = (c as i32, t as i32, d_conv as i32);
-        cx.go(d
-            .k("conv1d_causal")?
-            .p(st.conv)
-            .p(x)
-            .p(w.ptr)
-            .p(y)
-            .i(ci)
-            .i(ti)
-            .i(di)
-            .cfg(grid1(c * t, 256)))?;
-        if ns * c == 0 {
-            return Ok(());
-        }
-        let s1 = cx.tmp4(ns * c)?;
-        cx.go(d
-            .k("conv_state_update")?
-            .p(st.conv)
-            .p(x)
-            .p(s1)
-            .i(ci)
-            .i(ti)
-            .i(di)
-            .cfg(grid1(ns * c, 256)))?;
-        cx.go(Cmd::Copy {
-            dst: st.conv.ptr,
-            src: s1.ptr,
-            bytes: 4 * ns * c,
-        })
-    };
-    run(cx).map_err(cuda(OP))
+    conv1d_seqs(cx, ins, y, out, std::slice::from_ref(st), &[out.shape.rows()], d_conv)
 }
 
 /// [`conv1d`] for every sequence of a pass at once (`states[z]` sequence z's window,
@@ -88,6 +46,7 @@ pub fn conv1d_seqs(
     let c = out.shape.0[0];
     let t = out.shape.rows();
     let ns = d_conv.saturating_sub(1);
+    // the states' shapes were checked once (pn_ops::StateShape::check) before their upload
     if c * t == 0 {
         return Ok(());
     }
