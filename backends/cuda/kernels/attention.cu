@@ -164,20 +164,18 @@ __device__ void kv_encode(int ty, const float* x, u8* __restrict__ out, u8* __re
     }
 }
 
-// KvCache::write on the device for tokens t0 .. t0+gridDim.x (one block per (token,
-// KV head g = blockIdx.y)): rotate k (rot_k) / v (rot_v), encode into the cell, copy the
-// cell bytes to the staging rows kst/vst [T][Hkv][rb] (host protocol: what the host copies
-// back into its cache; null for a resident state), and f16 copies into the sink (p < sink)
-// and window (slots > 0) shadows. The cell and shadow slots follow pos[t], read here: the
-// launch is the same for every decode step.
-// Dynamic shared memory: D floats.
-extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u16* __restrict__ ksink, u16* __restrict__ vsink,
-                                    u16* __restrict__ kwin, u16* __restrict__ vwin, u8* __restrict__ kst, u8* __restrict__ vst,
-                                    const float* __restrict__ k, const float* __restrict__ v, const int* __restrict__ pos, int t0,
-                                    int ty, int D, int Hkv, int rb, int ncells, int cap, int ring, int sink, int slots, int rot_k,
-                                    float rs_k, int rot_v, float rs_v) {
+// KvCache::write on the device of token t, KV head g: rotate k (rot_k) / v (rot_v), encode
+// into the cell, copy the cell bytes to the staging rows kst/vst [T][Hkv][rb] (host
+// protocol: what the host copies back into its cache; null for a resident state), and f16
+// copies into the sink (p < sink) and window (slots > 0) shadows. The cell and shadow
+// slots follow pos[t], read here: the launch is the same for every decode step.
+// Dynamic shared memory: D floats. Every thread of the block calls it.
+__device__ void kv_store_body(u8* __restrict__ kc, u8* __restrict__ vc, u16* __restrict__ ksink, u16* __restrict__ vsink,
+                              u16* __restrict__ kwin, u16* __restrict__ vwin, u8* __restrict__ kst, u8* __restrict__ vst,
+                              const float* __restrict__ k, const float* __restrict__ v, const int* __restrict__ pos, int t,
+                              int g, int ty, int D, int Hkv, int rb, int ncells, int cap, int ring, int sink, int slots,
+                              int rot_k, float rs_k, int rot_v, float rs_v) {
     extern __shared__ float xs[];
-    int t = t0 + blockIdx.x, g = blockIdx.y;
     int p = pos[t];
     int cell = ring ? p % cap : p;
     for (int pass = 0; pass < 2; pass++) {
@@ -203,21 +201,51 @@ extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u1
     }
 }
 
-// One block per (q head h = blockIdx.x, token t = t0 + blockIdx.y), over the positions
-// lo..=p visible to it (lo = p+1-cap in a wrapped ring, else 0), KV head h / (H/Hkv):
-// q' = H_rot_k q (shared); s_j = scale·(q'·k_j), dot sequential in i; softmax with the
-// max subtracted and the sum in f64; o_i = Σ_j (e_j·inv) v_j[i] sequential in j; y = H_rot_v o.
-// scores: [gridDim.y][H][span] floats. Dynamic shared memory: D floats.
-extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __restrict__ kc, const u8* __restrict__ vc,
-                                   const u16* __restrict__ ksink, const u16* __restrict__ vsink, const u16* __restrict__ kwin,
-                                   const u16* __restrict__ vwin, const int* __restrict__ pos, float* __restrict__ scores,
-                                   float* __restrict__ y, int t0, int ty, int D, int H, int Hkv, int rb, int ncells, int cap,
-                                   int ring, int sink, int window, int slots, int span, int rot_k, float rs_k, int rot_v,
-                                   float rs_v, float scale) {
+// kv_store_body for tokens t0 .. t0+gridDim.x, one block per (token, KV head blockIdx.y).
+extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u16* __restrict__ ksink, u16* __restrict__ vsink,
+                                    u16* __restrict__ kwin, u16* __restrict__ vwin, u8* __restrict__ kst, u8* __restrict__ vst,
+                                    const float* __restrict__ k, const float* __restrict__ v, const int* __restrict__ pos, int t0,
+                                    int ty, int D, int Hkv, int rb, int ncells, int cap, int ring, int sink, int slots, int rot_k,
+                                    float rs_k, int rot_v, float rs_v) {
+    kv_store_body(kc, vc, ksink, vsink, kwin, vwin, kst, vst, k, v, pos, t0 + blockIdx.x, blockIdx.y, ty, D, Hkv, rb, ncells,
+                  cap, ring, sink, slots, rot_k, rs_k, rot_v, rs_v);
+}
+
+// The KV caches of a decode pass's sequences (one token each, token t0 + z of the pass is
+// sequence z's), passed by value: each cache's K / V cells, sink and window shadows (the
+// resident state's buffers, fixed for its slot row's life). Same layout as ops_attn.rs'
+// `KvTab`.
+#define KV_TAB 16
+struct KvTab {
+    unsigned long long kc[KV_TAB], vc[KV_TAB], ks[KV_TAB], vs[KV_TAB], kw[KV_TAB], vw[KV_TAB];
+    int n;
+};
+
+// kv_store_body for the decode tokens of `tab`'s sequences: block (sequence z, KV head).
+extern "C" __global__ void kv_store_seqs(const KvTab tab, const float* __restrict__ k, const float* __restrict__ v,
+                                         const int* __restrict__ pos, int t0, int ty, int D, int Hkv, int rb, int ncells, int cap,
+                                         int ring, int sink, int slots, int rot_k, float rs_k, int rot_v, float rs_v) {
+    int z = blockIdx.x;
+    if (z >= tab.n) return;
+    kv_store_body((u8*)tab.kc[z], (u8*)tab.vc[z], (u16*)tab.ks[z], (u16*)tab.vs[z], (u16*)tab.kw[z], (u16*)tab.vw[z], nullptr,
+                  nullptr, k, v, pos, t0 + z, blockIdx.y, ty, D, Hkv, rb, ncells, cap, ring, sink, slots, rot_k, rs_k, rot_v,
+                  rs_v);
+}
+
+// Query head h, token t, over the positions lo..=p visible to it (lo = p+1-cap in a wrapped
+// ring, else 0), KV head h / (H/Hkv): q' = H_rot_k q (shared); s_j = scale·(q'·k_j), dot
+// sequential in i; softmax with the max subtracted and the sum in f64; o_i = Σ_j (e_j·inv)
+// v_j[i] sequential in j; y = H_rot_v o. s: this block's scores row (span floats).
+// Dynamic shared memory: D floats. Every thread of the block calls it.
+__device__ void attn_kv_body(const float* __restrict__ q, const u8* __restrict__ kc, const u8* __restrict__ vc,
+                             const u16* __restrict__ ksink, const u16* __restrict__ vsink, const u16* __restrict__ kwin,
+                             const u16* __restrict__ vwin, const int* __restrict__ pos, float* __restrict__ s,
+                             float* __restrict__ y, int h, int t, int ty, int D, int H, int Hkv, int rb, int ncells, int cap,
+                             int ring, int sink, int window, int slots, int rot_k, float rs_k, int rot_v, float rs_v,
+                             float scale) {
     extern __shared__ float xs[];
     __shared__ float shf[32];
     __shared__ double shd[32];
-    int h = blockIdx.x, t = t0 + blockIdx.y;
     int g = h / (H / Hkv);
     int p = pos[t];
     int lo = (ring && p >= cap) ? p + 1 - cap : 0;
@@ -225,7 +253,6 @@ extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __rest
     for (int i = threadIdx.x; i < D; i += blockDim.x) xs[i] = qh[i];
     __syncthreads();
     hadamard_sh(xs, D, rot_k, rs_k);
-    float* s = scores + ((i64)blockIdx.y * H + h) * span;
     float m = -__int_as_float(0x7f800000);
     for (int j = lo + threadIdx.x; j <= p; j += blockDim.x) {
         int rty;
@@ -256,4 +283,28 @@ extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __rest
     hadamard_sh(xs, D, rot_v, rs_v);
     float* o = y + ((i64)t * H + h) * D;
     for (int i = threadIdx.x; i < D; i += blockDim.x) o[i] = xs[i];
+}
+
+// attn_kv_body for q head blockIdx.x, token t0 + blockIdx.y; scores: [gridDim.y][H][span].
+extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __restrict__ kc, const u8* __restrict__ vc,
+                                   const u16* __restrict__ ksink, const u16* __restrict__ vsink, const u16* __restrict__ kwin,
+                                   const u16* __restrict__ vwin, const int* __restrict__ pos, float* __restrict__ scores,
+                                   float* __restrict__ y, int t0, int ty, int D, int H, int Hkv, int rb, int ncells, int cap,
+                                   int ring, int sink, int window, int slots, int span, int rot_k, float rs_k, int rot_v,
+                                   float rs_v, float scale) {
+    attn_kv_body(q, kc, vc, ksink, vsink, kwin, vwin, pos, scores + ((i64)blockIdx.y * H + blockIdx.x) * span, y, blockIdx.x,
+                 t0 + blockIdx.y, ty, D, H, Hkv, rb, ncells, cap, ring, sink, window, slots, rot_k, rs_k, rot_v, rs_v, scale);
+}
+
+// attn_kv_body for the decode tokens of `tab`'s sequences: block (q head, sequence z),
+// token t0 + z over sequence z's cache; scores: [n][H][span].
+extern "C" __global__ void attn_kv_seqs(const KvTab tab, const float* __restrict__ q, const int* __restrict__ pos,
+                                        float* __restrict__ scores, float* __restrict__ y, int t0, int ty, int D, int H, int Hkv,
+                                        int rb, int ncells, int cap, int ring, int sink, int window, int slots, int span,
+                                        int rot_k, float rs_k, int rot_v, float rs_v, float scale) {
+    int z = blockIdx.y;
+    if (z >= tab.n) return;
+    attn_kv_body(q, (const u8*)tab.kc[z], (const u8*)tab.vc[z], (const u16*)tab.ks[z], (const u16*)tab.vs[z],
+                 (const u16*)tab.kw[z], (const u16*)tab.vw[z], pos, scores + ((i64)z * H + blockIdx.x) * span, y, blockIdx.x,
+                 t0 + z, ty, D, H, Hkv, rb, ncells, cap, ring, sink, window, slots, rot_k, rs_k, rot_v, rs_v, scale);
 }

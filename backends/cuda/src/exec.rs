@@ -55,7 +55,23 @@ pub enum Arg {
     I(i32),
     L(i64),
     F(f32),
-    T(Box<SeqTab>),
+    /// A struct passed by value ([`ByValue`]), as its 8-byte words.
+    V(Box<[u64]>),
+}
+
+/// A `repr(C)` struct without padding whose size is a multiple of 8, passed to a kernel
+/// by value (its C twin in the kernel file has the same layout).
+///
+/// # Safety
+/// Implement only for `repr(C)` types with no padding bytes, 8-byte alignment and a size
+/// that is a multiple of 8.
+pub unsafe trait ByValue: Copy {
+    /// The struct's bytes as 8-byte words.
+    fn words(&self) -> Box<[u64]> {
+        let n = std::mem::size_of::<Self>() / 8;
+        // SAFETY: the trait's contract: aligned to 8, n whole words, every byte initialized.
+        unsafe { std::slice::from_raw_parts(self as *const Self as *const u64, n) }.into()
+    }
 }
 
 /// Most sequences of one multi-sequence launch (kernels/delta.cu `SEQ_TAB`).
@@ -72,6 +88,9 @@ pub struct SeqTab {
     pub t0: [i32; SEQ_TAB + 1],
     pub n: i32,
 }
+
+// SAFETY: repr(C), 16 u64 then 18 i32: 200 bytes, no padding, aligned to 8.
+unsafe impl ByValue for SeqTab {}
 
 impl SeqTab {
     /// Tables of at most [`SEQ_TAB`] sequences each for `states` (one buffer per
@@ -150,9 +169,9 @@ impl K {
         self.args.push(Arg::F(x));
         self
     }
-    /// A sequence table, by value.
-    pub fn tab(mut self, t: &SeqTab) -> K {
-        self.args.push(Arg::T(Box::new(*t)));
+    /// A struct by value (a sequence table).
+    pub fn val<T: ByValue>(mut self, t: &T) -> K {
+        self.args.push(Arg::V(t.words()));
         self
     }
     pub fn cfg(self, c: LaunchConfig) -> Cmd {
@@ -193,10 +212,9 @@ pub fn fingerprint(cmds: &[Cmd]) -> Vec<u64> {
                         Arg::I(x) => (2, *x as u32 as u64),
                         Arg::L(x) => (3, *x as u64),
                         Arg::F(x) => (4, x.to_bits() as u64),
-                        Arg::T(t) => {
-                            v.extend(t.st);
-                            v.extend(t.t0.iter().map(|&x| x as u32 as u64));
-                            (5, t.n as u32 as u64)
+                        Arg::V(w) => {
+                            v.extend(w.iter());
+                            (5, w.len() as u64)
                         }
                     };
                     v.push(tag);
@@ -228,14 +246,15 @@ pub fn launch(d: &Device, c: &Cmd) -> Result<(), CudaError> {
                     Arg::I(x) => x as *const i32 as *mut c_void,
                     Arg::L(x) => x as *const i64 as *mut c_void,
                     Arg::F(x) => x as *const f32 as *mut c_void,
-                    Arg::T(t) => &**t as *const SeqTab as *mut c_void,
+                    Arg::V(w) => w.as_ptr() as *mut c_void,
                 })
                 .collect();
             // SAFETY: `f` is a function of a module the device keeps loaded; every launch
             // site passes the arguments in the order and with the C types of the kernel's
             // signature (pointers as 8-byte addresses of live device buffers, `int` as i32,
-            // `long long` as i64, `float` as f32, a `SeqTab` as the `repr(C)` struct of the
-            // same layout whose addresses are live layer states); `params` points into `args`, which
+            // `long long` as i64, `float` as f32, a struct as the words of the `repr(C)` twin
+            // of its layout (`ByValue`), whose addresses are live layer states); `params`
+            // points into `args`, which
             // outlives the call (the driver copies the values before returning); grids are
             // sized to the buffers and the kernels bound-check their indices.
             unsafe {
@@ -623,7 +642,10 @@ mod tests {
             assert_eq!((tab.t0[i + 1] - tab.t0[i]) as usize, lens[z]);
         }
         // a table is part of a command's fingerprint
-        let cmd = |t: &SeqTab| Cmd::Kernel { name: "k", f: 1, grid: [1, 1, 1], block: [32, 1, 1], shared: 0, args: vec![Arg::T(Box::new(*t))] };
+        let cmd = |t: &SeqTab| Cmd::Kernel { name: "k", f: 1, grid: [1, 1, 1], block: [32, 1, 1], shared: 0, args: vec![Arg::V(t.words())] };
+        assert_eq!(g[0].words().len(), 25);
+        assert_eq!(g[0].words()[0], g[0].st[0]);
+        assert_eq!(g[0].words()[24] >> 32, 16, "n, after t0[16]");
         let mut other = g[0];
         other.st[3] += 8;
         assert_ne!(fingerprint(&[cmd(&g[0])]), fingerprint(&[cmd(&other)]));

@@ -102,7 +102,7 @@ pub const MODULES: &[Module] = &[
         file: "attention.cu",
         source: include_str!("../kernels/attention.cu"),
         blocks: false,
-        entries: &["kv_store", "attn_kv"],
+        entries: &["kv_store", "attn_kv", "kv_store_seqs", "attn_kv_seqs"],
     },
     Module {
         file: "delta.cu",

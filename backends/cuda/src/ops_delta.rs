@@ -152,7 +152,7 @@ fn recurrent(cx: &mut Cx<'_>, g: Geom, ssm: &[Buf], lens: &[usize], ups: &[Buf; 
     let threads = g.dv.div_ceil(32).min(REC_THREADS / 32) * 32;
     let use_sh = 2 * g.dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule_seqs"));
     for tab in SeqTab::groups(ssm, lens, 0) {
-        let mut b = cx.d.k("delta_rule_seqs")?.tab(&tab);
+        let mut b = cx.d.k("delta_rule_seqs")?.val(&tab);
         for u in ups {
             b = b.p(*u);
         }

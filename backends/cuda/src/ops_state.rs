@@ -57,14 +57,14 @@ pub fn conv1d_seqs(
         let x = ins[0].f32()?;
         let (ci, di) = (c as i32, d_conv as i32);
         for tab in SeqTab::groups(&conv, lens, 0) {
-            cx.go(d.k("conv1d_causal_seqs")?.tab(&tab).p(x).p(w.ptr).p(y).i(ci).i(di).cfg(grid1(c * tab.tokens(), 256)))?;
+            cx.go(d.k("conv1d_causal_seqs")?.val(&tab).p(x).p(w.ptr).p(y).i(ci).i(di).cfg(grid1(c * tab.tokens(), 256)))?;
             if ns * c == 0 {
                 continue;
             }
             let s1 = cx.tmp4(tab.n as usize * ns * c)?;
             let per_seq = |blocks: LaunchConfig| LaunchConfig { grid_dim: (blocks.grid_dim.0, tab.n as u32, 1), ..blocks };
-            cx.go(d.k("conv_state_update_seqs")?.tab(&tab).p(x).p(s1).i(ci).i(di).cfg(per_seq(grid1(ns * c, 256))))?;
-            cx.go(d.k("conv_state_store_seqs")?.tab(&tab).p(s1).i(ci).i(di).cfg(per_seq(grid1(ns * c, 256))))?;
+            cx.go(d.k("conv_state_update_seqs")?.val(&tab).p(x).p(s1).i(ci).i(di).cfg(per_seq(grid1(ns * c, 256))))?;
+            cx.go(d.k("conv_state_store_seqs")?.val(&tab).p(s1).i(ci).i(di).cfg(per_seq(grid1(ns * c, 256))))?;
         }
         Ok(())
     };

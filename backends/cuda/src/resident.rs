@@ -169,13 +169,14 @@ fn multi(
         )));
     }
     let t: usize = lens.iter().sum();
+    // the operands hold the pass's t tokens on their token axis (the offsets of the
+    // all-sequence kernels below, and the slices of the per-sequence launches)
+    for o in ins {
+        slice_opnd(o, t, 0, t).map_err(&e)?;
+    }
+    token_slice(&meta.shape, t, 0, t).map_err(&e)?;
     if matches!(op, Op::DeltaRule { .. } | Op::Conv1dCausal { .. }) && lens.len() > 1 {
-        // every sequence in one launch (per 16), each on its row's state in place; the
-        // operands hold the pass's t tokens on their token axis (the kernels' offsets)
-        for o in ins {
-            slice_opnd(o, t, 0, t).map_err(&e)?;
-        }
-        token_slice(&meta.shape, t, 0, t).map_err(&e)?;
+        // every sequence in one launch (per 16), each on its row's state in place
         let mut bufs = Vec::with_capacity(keys.len());
         for &key in keys {
             match states.get_mut(key).map_err(&e)? {
@@ -190,6 +191,25 @@ fn multi(
                 if crate::ops_delta::delta_rule_seqs(cx, ins, y, meta, &bufs, lens)? {
                     return Ok(());
                 }
+            }
+        }
+    }
+    if let Op::Attention { n_head, n_head_kv, head_dim, scale, .. } = op {
+        if lens.len() > 1 && lens.iter().all(|&n| n == 1) {
+            // a decode pass: every sequence's token in one launch pair (per 16), each
+            // over its own cache (ops_attn.rs `attention_decode_seqs`)
+            let mut kvs = Vec::with_capacity(keys.len());
+            for &key in keys {
+                match states.get_mut(key).map_err(&e)? {
+                    DevState::Kv(kv) => kvs.push((kv.geo.clone(), kv.bufs())),
+                    _ => return Err(e("Attention needs a KV-cache layer state".into())),
+                }
+            }
+            let kvs: Vec<_> = kvs.iter().map(|(k, b)| (k, *b)).collect();
+            let g = crate::ops_attn::AttnGeom { n_head: *n_head, n_head_kv: *n_head_kv, d: *head_dim, scale: *scale };
+            cx.new_op();
+            if crate::ops_attn::attention_decode_seqs(cx, ins, y, meta, &kvs, g)? {
+                return Ok(());
             }
         }
     }

@@ -1,32 +1,14 @@
-// CPU emulation of kernels/delta.cu's multi-sequence kernels (tests/emu_delta.rs compiles
-// it with the host C++ compiler): CUDA threads run one after another, which is exact for
-// these kernels with use_sh = 0 (no cross-thread dependency; the conv kernels have none).
-// Checks every output and state bitwise against each sequence computed alone (the
-// kernels' sums in their order), 19 sequences of 1-5 tokens: two sequence tables.
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <cmath>
-#include <vector>
-struct D3 { unsigned x, y, z; };
-static D3 blockIdx, threadIdx, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __restrict__
-#define __syncthreads() do {} while (0)
-static float SH[1 << 16];
-
-typedef long long i64;
-
-#include DELTA_CU  // delta.cu, `extern "C"` and its extern __shared__ array rewritten
-template <class F> void launch(D3 grid, D3 block, F f) {
-  blockDim = block;
-  for (unsigned z = 0; z < grid.z; z++) for (unsigned y = 0; y < grid.y; y++) for (unsigned x = 0; x < grid.x; x++)
-    for (unsigned tz = 0; tz < block.z; tz++) for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++) {
-      blockIdx = {x, y, z}; threadIdx = {tx, ty, tz}; f();
-    }
-}
+// kernels/delta.cu's kernels (`delta_rule_seqs`, `conv1d_causal_seqs`,
+// `conv_state_update_seqs`, `conv_state_store_seqs`) under the CPU emulation (cuda_emu.h):
+// every output and state bitwise what each sequence gives alone (computed here with the
+// kernels' sums in their order), 19 sequences of 1-5 tokens in two sequence tables, with
+// q / k staged in shared memory (use_sh = 1) and read from global memory (0).
+// tests/emu_kernels.rs builds and runs it.
+#include "cuda_emu.h"
+#include COMMON_CUH
+#include DELTA_CU
+#include <algorithm>
+template <class F> void launch(Dim3 grid, Dim3 block, F f) { emu_launch(grid, block, f); }
 static unsigned long long rs = 88172645463325252ull;
 float rnd() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) % 2001) / 1000.0f - 1.0f; }
 int main() {
@@ -63,25 +45,28 @@ int main() {
     for (int r0 = 0; r0 < ns; r0++) for (int c = 0; c < C; c++) { int r = r0 + L; nw[r0*C + c] = r < ns ? cst_ref[z][r*C + c] : x[(t0[z] + r - ns)*C + c]; }
     cst_ref[z] = nw;
   }
-  // the kernels, tables of 16 as SeqTab::groups makes them
-  std::vector<float> y(T*Hv*Dv, NAN), yc(T*C, NAN);
-  for (int a = 0; a < S; a += SEQ_TAB) {
-    SeqTab ts, tc; int n = std::min(SEQ_TAB, S - a); ts.n = tc.n = n;
-    for (int z = 0; z <= SEQ_TAB; z++) ts.t0[z] = tc.t0[z] = t0[std::min(a + z, S)];
-    for (int z = 0; z < SEQ_TAB; z++) { ts.st[z] = z < n ? (unsigned long long)ssm[a+z].data() : 0; tc.st[z] = z < n ? (unsigned long long)cst[a+z].data() : 0; }
-    int threads = 32;
-    launch({(unsigned)Hv, (unsigned)((Dv + threads - 1)/threads), (unsigned)n}, {(unsigned)threads, 1, 1},
-           [&] { delta_rule_seqs(ts, q.data(), k.data(), v.data(), g.data(), beta.data(), y.data(), Dk, Hk, Dv, Hv, scale, 0); });
-    int toks = tc.t0[n] - tc.t0[0];
-    launch({(unsigned)((C*toks + 255)/256), 1, 1}, {256, 1, 1}, [&] { conv1d_causal_seqs(tc, x.data(), w.data(), yc.data(), C, dconv); });
-    std::vector<float> tmp(n*ns*C, NAN);
-    launch({(unsigned)((ns*C + 255)/256), (unsigned)n, 1}, {256, 1, 1}, [&] { conv_state_update_seqs(tc, x.data(), tmp.data(), C, dconv); });
-    launch({(unsigned)((ns*C + 255)/256), (unsigned)n, 1}, {256, 1, 1}, [&] { conv_state_store_seqs(tc, tmp.data(), C, dconv); });
-  }
+  // the kernels, tables of 16 as SeqTab::groups makes them, q / k in shared memory or not
   int bad = 0;
-  bad += memcmp(y.data(), y_ref.data(), 4*y.size()) != 0;
-  bad += memcmp(yc.data(), yc_ref.data(), 4*yc.size()) != 0;
-  for (int z = 0; z < S; z++) { bad += memcmp(ssm[z].data(), ssm_ref[z].data(), 4*ssm[z].size()) != 0; bad += memcmp(cst[z].data(), cst_ref[z].data(), 4*cst[z].size()) != 0; }
+  for (int use_sh = 0; use_sh < 2; use_sh++) {
+    auto ssm_k = ssm, cst_k = cst;
+    std::vector<float> y(T*Hv*Dv, NAN), yc(T*C, NAN);
+    for (int a = 0; a < S; a += SEQ_TAB) {
+      SeqTab ts, tc; int n = std::min(SEQ_TAB, S - a); ts.n = tc.n = n;
+      for (int z = 0; z <= SEQ_TAB; z++) ts.t0[z] = tc.t0[z] = t0[std::min(a + z, S)];
+      for (int z = 0; z < SEQ_TAB; z++) { ts.st[z] = z < n ? (unsigned long long)ssm_k[a+z].data() : 0; tc.st[z] = z < n ? (unsigned long long)cst_k[a+z].data() : 0; }
+      int threads = 32;  // Dv = 24: threads past Dv go through the barriers too
+      launch({(unsigned)Hv, (unsigned)((Dv + threads - 1)/threads), (unsigned)n}, {(unsigned)threads, 1, 1},
+             [&] { delta_rule_seqs(ts, q.data(), k.data(), v.data(), g.data(), beta.data(), y.data(), Dk, Hk, Dv, Hv, scale, use_sh); });
+      int toks = tc.t0[n] - tc.t0[0];
+      launch({(unsigned)((C*toks + 255)/256), 1, 1}, {256, 1, 1}, [&] { conv1d_causal_seqs(tc, x.data(), w.data(), yc.data(), C, dconv); });
+      std::vector<float> tmp(n*ns*C, NAN);
+      launch({(unsigned)((ns*C + 255)/256), (unsigned)n, 1}, {256, 1, 1}, [&] { conv_state_update_seqs(tc, x.data(), tmp.data(), C, dconv); });
+      launch({(unsigned)((ns*C + 255)/256), (unsigned)n, 1}, {256, 1, 1}, [&] { conv_state_store_seqs(tc, tmp.data(), C, dconv); });
+    }
+    bad += memcmp(y.data(), y_ref.data(), 4*y.size()) != 0;
+    bad += memcmp(yc.data(), yc_ref.data(), 4*yc.size()) != 0;
+    for (int z = 0; z < S; z++) { bad += memcmp(ssm_k[z].data(), ssm_ref[z].data(), 4*ssm_k[z].size()) != 0; bad += memcmp(cst_k[z].data(), cst_ref[z].data(), 4*cst_k[z].size()) != 0; }
+  }
   printf("%d sequences (%d tokens), two tables: %s (%d mismatching arrays)\n", S, T, bad ? "MISMATCH" : "bitwise equal to each sequence alone", bad);
   return bad != 0;
 }
