@@ -47,6 +47,7 @@ mod ops_misc;
 mod ops_state;
 mod resident;
 mod segment;
+mod seqtab;
 pub mod start;
 mod stream;
 mod tables;

@@ -14,7 +14,8 @@
 
 use crate::device::shared_fits;
 use crate::devstate::KvBufs;
-use crate::exec::{Buf, ByValue, Cx};
+use crate::exec::{Buf, Cx};
+use crate::seqtab::ByValue;
 use crate::opnd::Opnd;
 use crate::CudaError;
 use cudarc::driver::LaunchConfig;

@@ -10,7 +10,8 @@
 
 use crate::device::dynamic_shared_max;
 use crate::devstate::RecBufs;
-use crate::exec::{Buf, Cx, SeqTab};
+use crate::exec::{Buf, Cx};
+use crate::seqtab::SeqTab;
 use crate::opnd::Opnd;
 use crate::ops_state::cuda;
 use crate::CudaError;

@@ -5,7 +5,8 @@
 use crate::device::grid1;
 use cudarc::driver::LaunchConfig;
 use crate::devstate::RecBufs;
-use crate::exec::{Buf, Cx, SeqTab};
+use crate::exec::{Buf, Cx};
+use crate::seqtab::SeqTab;
 use crate::opnd::Opnd;
 use crate::CudaError;
 use pn_ops::{OpError, TensorMeta};
