@@ -211,24 +211,25 @@ extern "C" __global__ void kv_store(u8* __restrict__ kc, u8* __restrict__ vc, u1
                   cap, ring, sink, slots, rot_k, rs_k, rot_v, rs_v);
 }
 
-// The KV caches of a decode pass's sequences (one token each, token t0 + z of the pass is
-// sequence z's), passed by value: each cache's K / V cells, sink and window shadows (the
-// resident state's buffers, fixed for its slot row's life). Same layout as ops_attn.rs'
-// `KvTab`.
+// The KV caches of sequences with one token each (a decode pass, or the decode part of a
+// mixed one), passed by value: each cache's K / V cells, sink and window shadows (the
+// resident state's buffers, fixed for its slot row's life) and its token's index in the
+// pass. Same layout as ops_attn.rs' `KvTab`.
 #define KV_TAB 16
 struct KvTab {
     unsigned long long kc[KV_TAB], vc[KV_TAB], ks[KV_TAB], vs[KV_TAB], kw[KV_TAB], vw[KV_TAB];
-    int n;
+    int tok[KV_TAB];
+    int n, pad;
 };
 
-// kv_store_body for the decode tokens of `tab`'s sequences: block (sequence z, KV head).
+// kv_store_body for the tokens of `tab`'s sequences: block (sequence z, KV head).
 extern "C" __global__ void kv_store_seqs(const KvTab tab, const float* __restrict__ k, const float* __restrict__ v,
-                                         const int* __restrict__ pos, int t0, int ty, int D, int Hkv, int rb, int ncells, int cap,
-                                         int ring, int sink, int slots, int rot_k, float rs_k, int rot_v, float rs_v) {
+                                         const int* __restrict__ pos, int ty, int D, int Hkv, int rb, int ncells, int cap, int ring,
+                                         int sink, int slots, int rot_k, float rs_k, int rot_v, float rs_v) {
     int z = blockIdx.x;
     if (z >= tab.n) return;
     kv_store_body((u8*)tab.kc[z], (u8*)tab.vc[z], (u16*)tab.ks[z], (u16*)tab.vs[z], (u16*)tab.kw[z], (u16*)tab.vw[z], nullptr,
-                  nullptr, k, v, pos, t0 + z, blockIdx.y, ty, D, Hkv, rb, ncells, cap, ring, sink, slots, rot_k, rs_k, rot_v,
+                  nullptr, k, v, pos, tab.tok[z], blockIdx.y, ty, D, Hkv, rb, ncells, cap, ring, sink, slots, rot_k, rs_k, rot_v,
                   rs_v);
 }
 
@@ -296,15 +297,15 @@ extern "C" __global__ void attn_kv(const float* __restrict__ q, const u8* __rest
                  t0 + blockIdx.y, ty, D, H, Hkv, rb, ncells, cap, ring, sink, window, slots, rot_k, rs_k, rot_v, rs_v, scale);
 }
 
-// attn_kv_body for the decode tokens of `tab`'s sequences: block (q head, sequence z),
-// token t0 + z over sequence z's cache; scores: [n][H][span].
+// attn_kv_body for the tokens of `tab`'s sequences: block (q head, sequence z), token
+// tab.tok[z] over sequence z's cache; scores: [n][H][span].
 extern "C" __global__ void attn_kv_seqs(const KvTab tab, const float* __restrict__ q, const int* __restrict__ pos,
-                                        float* __restrict__ scores, float* __restrict__ y, int t0, int ty, int D, int H, int Hkv,
-                                        int rb, int ncells, int cap, int ring, int sink, int window, int slots, int span,
-                                        int rot_k, float rs_k, int rot_v, float rs_v, float scale) {
+                                        float* __restrict__ scores, float* __restrict__ y, int ty, int D, int H, int Hkv, int rb,
+                                        int ncells, int cap, int ring, int sink, int window, int slots, int span, int rot_k,
+                                        float rs_k, int rot_v, float rs_v, float scale) {
     int z = blockIdx.y;
     if (z >= tab.n) return;
     attn_kv_body(q, (const u8*)tab.kc[z], (const u8*)tab.vc[z], (const u16*)tab.ks[z], (const u16*)tab.vs[z],
                  (const u16*)tab.kw[z], (const u16*)tab.vw[z], pos, scores + ((i64)z * H + blockIdx.x) * span, y, blockIdx.x,
-                 t0 + z, ty, D, H, Hkv, rb, ncells, cap, ring, sink, window, slots, rot_k, rs_k, rot_v, rs_v, scale);
+                 tab.tok[z], ty, D, H, Hkv, rb, ncells, cap, ring, sink, window, slots, rot_k, rs_k, rot_v, rs_v, scale);
 }

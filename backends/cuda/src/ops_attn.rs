@@ -221,9 +221,9 @@ fn run(
 /// Most sequences of one multi-sequence attention launch (kernels/attention.cu `KV_TAB`).
 pub const KV_TAB: usize = 16;
 
-/// The KV caches of a decode pass's sequences, passed by value as the kernels' `KvTab`
-/// (kernels/attention.cu, the same C layout): sequence z's K / V cells, sink and window
-/// shadows; its token is the group's first plus z.
+/// The KV caches of sequences with one token each, passed by value as the kernels'
+/// `KvTab` (kernels/attention.cu, the same C layout): sequence z's K / V cells, sink and
+/// window shadows, and its token's index in the pass.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvTab {
@@ -233,21 +233,24 @@ pub struct KvTab {
     pub vs: [u64; KV_TAB],
     pub kw: [u64; KV_TAB],
     pub vw: [u64; KV_TAB],
+    pub tok: [i32; KV_TAB],
     pub n: i32,
     pub pad: i32,
 }
 
-// SAFETY: repr(C), 96 u64 then two i32: 776 bytes, no padding, aligned to 8.
+// SAFETY: repr(C), 96 u64 then 18 i32: 840 bytes, no padding, aligned to 8.
 unsafe impl ByValue for KvTab {}
 
 impl KvTab {
-    /// The table of `bufs` (at most [`KV_TAB`]).
-    fn of(bufs: &[KvBufs]) -> KvTab {
-        let mut t = KvTab { kc: [0; KV_TAB], vc: [0; KV_TAB], ks: [0; KV_TAB], vs: [0; KV_TAB], kw: [0; KV_TAB], vw: [0; KV_TAB], n: bufs.len() as i32, pad: 0 };
-        for (z, b) in bufs.iter().enumerate() {
+    /// The table of `seqs` (buffers, token; at most [`KV_TAB`]).
+    fn of(seqs: &[(KvBufs, usize)]) -> KvTab {
+        let z16 = [0; KV_TAB];
+        let mut t = KvTab { kc: z16, vc: z16, ks: z16, vs: z16, kw: z16, vw: z16, tok: [0; KV_TAB], n: seqs.len() as i32, pad: 0 };
+        for (z, (b, tok)) in seqs.iter().enumerate() {
             (t.kc[z], t.vc[z]) = (b.cells[0].ptr, b.cells[1].ptr);
             (t.ks[z], t.vs[z]) = (b.sink[0].ptr, b.sink[1].ptr);
             (t.kw[z], t.vw[z]) = (b.win[0].ptr, b.win[1].ptr);
+            t.tok[z] = *tok as i32;
         }
         t
     }
@@ -259,23 +262,26 @@ fn same_layout(a: &KvCache, b: &KvCache) -> bool {
         && (a.shadow.sink, a.shadow.window, a.shadow.slots) == (b.shadow.sink, b.shadow.window, b.shadow.slots)
 }
 
-/// [`attention`] for a decode pass of several sequences (one token each, token z is
-/// sequence z's; `kvs[z]` its cache's geometry and resident buffers): `kv_store_seqs` then
+/// [`attention`] for sequences of one token each (`kvs[z]`: its cache's geometry, its
+/// resident buffers and its token's index in the pass): `kv_store_seqs` then
 /// `attn_kv_seqs`, one launch each per [`KvTab`] of up to 16 sequences, each block what it
 /// computes for its sequence alone. False (nothing run) where the single-sequence launches
-/// must run instead: caches of different layouts, a host-protocol copy (staging rows or
-/// fewer cells than the capacity), or not one token per sequence.
+/// must run instead: caches of different layouts or a host-protocol copy (staging rows,
+/// fewer cells than the capacity).
 pub fn attention_decode_seqs(
     cx: &mut Cx<'_>,
     ins: &[Opnd<'_>],
     y: Buf,
     out: &TensorMeta,
-    kvs: &[(&KvCache, KvBufs)],
+    kvs: &[(&KvCache, KvBufs, usize)],
     g: AttnGeom,
 ) -> Result<bool, OpError> {
     let t = out.shape.0[1];
-    let Some((kv, _)) = kvs.first() else { return Ok(false) };
-    if t != kvs.len() || kvs.iter().any(|(k, b)| !same_layout(k, kv) || b.stage.is_some() || b.ncells != k.capacity) {
+    let Some((kv, _, _)) = kvs.first() else { return Ok(false) };
+    if kvs.iter().any(|(k, b, tok)| !same_layout(k, kv) || b.stage.is_some() || b.ncells != k.capacity || *tok >= t) {
+        return Ok(false);
+    }
+    if kv.n_head_kv != g.n_head_kv || kv.head_dim != g.d {
         return Ok(false);
     }
     let pos = ins[3].host().ok_or_else(|| OpError::Invalid {
@@ -283,11 +289,8 @@ pub fn attention_decode_seqs(
         msg: "cuda: the positions must come from the host (the runner uploads them into their slot)".into(),
     })?;
     let pos = pn_ops::reference::common::token_positions(OP, pos, t)?;
-    if kv.n_head_kv != g.n_head_kv || kv.head_dim != g.d {
-        return Ok(false);
-    }
-    for (z, (k, _)) in kvs.iter().enumerate() {
-        k.check_positions(OP, &pos[z..z + 1])?;
+    for (k, _, tok) in kvs {
+        k.check_positions(OP, &pos[*tok..*tok + 1])?;
     }
     if g.n_head == 0 {
         return Ok(true);
@@ -305,15 +308,15 @@ pub fn attention_decode_seqs(
         let shared = (dd * 4) as u32;
         // sequences a launch: a table's worth, fewer where their scores rows would not fit
         let per = (SCORES_MAX / (h * span)).clamp(1, KV_TAB);
-        let bufs: Vec<KvBufs> = kvs.iter().map(|(_, b)| *b).collect();
-        let scores = cx.tmp4(h * per.min(t) * span)?;
+        let seqs: Vec<(KvBufs, usize)> = kvs.iter().map(|(_, b, tok)| (*b, *tok)).collect();
+        let scores = cx.tmp4(h * per.min(seqs.len()) * span)?;
         let d = cx.d;
-        for (gi, group) in bufs.chunks(per).enumerate() {
-            let (tab, t0, n) = (KvTab::of(group), i(gi * per), group.len() as u32);
-            let s = d.k("kv_store_seqs")?.val(&tab).p(k).p(v).p(dpos).i(t0).i(ty_code(kv.ty)).i(i(dd)).i(i(hkv)).i(i(rb));
+        for group in seqs.chunks(per) {
+            let (tab, n) = (KvTab::of(group), group.len() as u32);
+            let s = d.k("kv_store_seqs")?.val(&tab).p(k).p(v).p(dpos).i(ty_code(kv.ty)).i(i(dd)).i(i(hkv)).i(i(rb));
             let s = s.i(i(kv.capacity)).i(i(kv.capacity)).i(kv.ring as i32).i(i(sh.sink)).i(i(sh.slots));
             cx.go(s.i(i(kv.rot_k)).f(rsk).i(i(kv.rot_v)).f(rsv).cfg(cfg(n, hkv as u32, shared)))?;
-            let c = d.k("attn_kv_seqs")?.val(&tab).p(q).p(dpos).p(scores).p(y).i(t0).i(ty_code(kv.ty)).i(i(dd)).i(i(h)).i(i(hkv));
+            let c = d.k("attn_kv_seqs")?.val(&tab).p(q).p(dpos).p(scores).p(y).i(ty_code(kv.ty)).i(i(dd)).i(i(h)).i(i(hkv));
             let c = c.i(i(rb)).i(i(kv.capacity)).i(i(kv.capacity)).i(kv.ring as i32).i(i(sh.sink)).i(i(sh.window)).i(i(sh.slots));
             cx.go(c.i(i(span)).i(i(kv.rot_k)).f(rsk).i(i(kv.rot_v)).f(rsv).f(g.scale).cfg(cfg(h as u32, n, shared)))?;
         }
@@ -338,22 +341,25 @@ mod tests {
     #[test]
     fn kv_tables_have_the_kernels_layout() {
         assert!(include_str!("../kernels/attention.cu").contains(&format!("#define KV_TAB {KV_TAB}\n")));
-        assert_eq!(std::mem::size_of::<KvTab>(), 6 * 8 * KV_TAB + 8);
+        assert_eq!(std::mem::size_of::<KvTab>(), 6 * 8 * KV_TAB + 4 * KV_TAB + 8);
         let b = |p: u64| Buf { ptr: p, bytes: 64 };
-        let bufs: Vec<KvBufs> = (0..3u64)
-            .map(|z| KvBufs { cells: [b(z * 100 + 1), b(z * 100 + 2)], sink: [b(z * 100 + 3), b(z * 100 + 4)], win: [b(z * 100 + 5), b(z * 100 + 6)], ncells: 8, stage: None })
+        let seqs: Vec<(KvBufs, usize)> = (0..3u64)
+            .map(|z| (KvBufs { cells: [b(z * 100 + 1), b(z * 100 + 2)], sink: [b(z * 100 + 3), b(z * 100 + 4)], win: [b(z * 100 + 5), b(z * 100 + 6)], ncells: 8, stage: None }, 7 + 2 * z as usize))
             .collect();
-        let t = KvTab::of(&bufs);
+        let t = KvTab::of(&seqs);
         let w = t.words();
-        assert_eq!(w.len(), 6 * KV_TAB + 1);
-        // the C struct's order: kc, vc, ks, vs, kw, vw (16 each), then n
+        assert_eq!(w.len(), 6 * KV_TAB + KV_TAB / 2 + 1);
+        // the C struct's order: kc, vc, ks, vs, kw, vw (16 each), tok (16), n
         for (a, base) in [1u64, 2, 3, 4, 5, 6].into_iter().enumerate() {
             for z in 0..3 {
                 assert_eq!(w[a * KV_TAB + z as usize], z * 100 + base);
             }
             assert_eq!(w[a * KV_TAB + 3], 0, "unused entries are null");
         }
-        assert_eq!(w[6 * KV_TAB] & 0xffff_ffff, 3, "n");
+        // then the tokens (two a word), then n
+        assert_eq!(w[6 * KV_TAB], 7 | 9 << 32, "tokens 7 and 9");
+        assert_eq!(w[6 * KV_TAB + 1], 11, "token 11, then an unused entry");
+        assert_eq!(w[6 * KV_TAB + KV_TAB / 2] & 0xffff_ffff, 3, "n");
     }
 
     #[test]

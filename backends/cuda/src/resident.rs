@@ -194,27 +194,34 @@ fn multi(
             }
         }
     }
+    // Attention: the sequences with one token (a decode pass, or the decode part of a
+    // mixed pass) in one launch pair per 16, each over its own cache
+    // (ops_attn.rs `attention_decode_seqs`); the others one by one below
+    let mut done = vec![false; lens.len()];
     if let Op::Attention { n_head, n_head_kv, head_dim, scale, .. } = op {
-        if lens.len() > 1 && lens.iter().all(|&n| n == 1) {
-            // a decode pass: every sequence's token in one launch pair (per 16), each
-            // over its own cache (ops_attn.rs `attention_decode_seqs`)
-            let mut kvs = Vec::with_capacity(keys.len());
-            for &key in keys {
-                match states.get_mut(key).map_err(&e)? {
-                    DevState::Kv(kv) => kvs.push((kv.geo.clone(), kv.bufs())),
+        let ones: Vec<usize> = (0..lens.len()).filter(|&z| lens[z] == 1).collect();
+        if ones.len() > 1 {
+            let mut kvs = Vec::with_capacity(ones.len());
+            for &z in &ones {
+                match states.get_mut(keys[z]).map_err(&e)? {
+                    DevState::Kv(kv) => kvs.push((kv.geo.clone(), kv.bufs(), lens[..z].iter().sum::<usize>())),
                     _ => return Err(e("Attention needs a KV-cache layer state".into())),
                 }
             }
-            let kvs: Vec<_> = kvs.iter().map(|(k, b)| (k, *b)).collect();
+            let kvs: Vec<_> = kvs.iter().map(|(k, b, tok)| (k, *b, *tok)).collect();
             let g = crate::ops_attn::AttnGeom { n_head: *n_head, n_head_kv: *n_head_kv, d: *head_dim, scale: *scale };
             cx.new_op();
             if crate::ops_attn::attention_decode_seqs(cx, ins, y, meta, &kvs, g)? {
-                return Ok(());
+                ones.iter().for_each(|&z| done[z] = true);
             }
         }
     }
     let mut t0 = 0;
-    for (&key, &n) in keys.iter().zip(lens) {
+    for (z, (&key, &n)) in keys.iter().zip(lens).enumerate() {
+        if done[z] {
+            t0 += n;
+            continue;
+        }
         let sub: Vec<Opnd<'_>> = ins
             .iter()
             .map(|o| slice_opnd(o, t, t0, n))

@@ -3,7 +3,8 @@
 // kernels (`kv_store`, `attn_kv`) launched once per sequence, under the CPU emulation
 // (cuda_emu.h): every output row and every cache byte must be equal, for each cell format,
 // with the Hadamard rotation, sink and window shadows, in plain and ring mode, for 17
-// sequences at different positions (two tables). tests/emu_kernels.rs builds and runs it.
+// sequences at different positions (two tables), their tokens spread over the pass with
+// other tokens between them (a mixed pass). tests/emu_kernels.rs builds and runs it.
 #include "cuda_emu.h"
 #include COMMON_CUH
 #include ATTENTION_CU
@@ -55,21 +56,25 @@ int main() {
                     for (auto& x : *sh) x = emu_f2h(rnd());
             }
             std::vector<Cache> b = a;
-            // one decode token per sequence, token z of the pass at position len[z]
-            std::vector<float> q(Z * H * D), k(Z * Hkv * D), v(Z * Hkv * D);
+            // one token per sequence, sequence z's at index tok(z) of a pass of T tokens (the
+            // others another sequence's), at position len[z]
+            const int T = 2 * Z + 1;
+            auto tok = [](int z) { return 2 * z + 1; };
+            std::vector<float> q(T * H * D), k(T * Hkv * D), v(T * Hkv * D);
             for (auto* x : {&q, &k, &v})
                 for (auto& e : *x) e = rnd();
-            std::vector<int> pos(len);
-            std::vector<float> ya(Z * H * D, NAN), yb(Z * H * D, NAN), sa(H * cap), sb(16 * H * cap);
+            std::vector<int> pos(T, 0);
+            for (int z = 0; z < Z; z++) pos[tok(z)] = len[z];
+            std::vector<float> ya(T * H * D, NAN), yb(T * H * D, NAN), sa(H * cap), sb(16 * H * cap);
             for (int z = 0; z < Z; z++) {
                 Cache& c = a[z];
                 emu_launch({1, (unsigned)Hkv, 1}, {threads, 1, 1}, [&] {
                     kv_store(c.kc.data(), c.vc.data(), c.ks.data(), c.vs.data(), c.kw.data(), c.vw.data(), nullptr, nullptr,
-                             k.data(), v.data(), pos.data(), z, ty, D, Hkv, rb, cap, cap, ring, sink, slots, D, rsk, D, rsv);
+                             k.data(), v.data(), pos.data(), tok(z), ty, D, Hkv, rb, cap, cap, ring, sink, slots, D, rsk, D, rsv);
                 });
                 emu_launch({(unsigned)H, 1, 1}, {threads, 1, 1}, [&] {
                     attn_kv(q.data(), c.kc.data(), c.vc.data(), c.ks.data(), c.vs.data(), c.kw.data(), c.vw.data(), pos.data(),
-                            sa.data(), ya.data(), z, ty, D, H, Hkv, rb, cap, cap, ring, sink, window, slots, cap, D, rsk, D, rsv,
+                            sa.data(), ya.data(), tok(z), ty, D, H, Hkv, rb, cap, cap, ring, sink, window, slots, cap, D, rsk, D, rsv,
                             scale);
                 });
             }
@@ -85,18 +90,19 @@ int main() {
                     tab.vs[z] = (unsigned long long)c.vs.data();
                     tab.kw[z] = (unsigned long long)c.kw.data();
                     tab.vw[z] = (unsigned long long)c.vw.data();
+                    tab.tok[z] = tok(z0 + z);
                 }
                 emu_launch({(unsigned)n, (unsigned)Hkv, 1}, {threads, 1, 1}, [&] {
-                    kv_store_seqs(tab, k.data(), v.data(), pos.data(), z0, ty, D, Hkv, rb, cap, cap, ring, sink, slots, D, rsk, D,
-                                  rsv);
+                    kv_store_seqs(tab, k.data(), v.data(), pos.data(), ty, D, Hkv, rb, cap, cap, ring, sink, slots, D, rsk, D, rsv);
                 });
                 emu_launch({(unsigned)H, (unsigned)n, 1}, {threads, 1, 1}, [&] {
-                    attn_kv_seqs(tab, q.data(), pos.data(), sb.data(), yb.data(), z0, ty, D, H, Hkv, rb, cap, cap, ring, sink,
-                                 window, slots, cap, D, rsk, D, rsv, scale);
+                    attn_kv_seqs(tab, q.data(), pos.data(), sb.data(), yb.data(), ty, D, H, Hkv, rb, cap, cap, ring, sink, window,
+                                 slots, cap, D, rsk, D, rsv, scale);
                 });
             }
             int m = memcmp(ya.data(), yb.data(), 4 * ya.size()) != 0;
-            for (float x : ya) m += std::isnan(x);
+            for (int z = 0; z < Z; z++)
+                for (int i = 0; i < H * D; i++) m += std::isnan(ya[(size_t)tok(z) * H * D + i]);
             for (int z = 0; z < Z; z++)
                 m += a[z].kc != b[z].kc || a[z].vc != b[z].vc || a[z].ks != b[z].ks || a[z].vs != b[z].vs || a[z].kw != b[z].kw ||
                      a[z].vw != b[z].vw;

@@ -363,6 +363,31 @@ fn resident_runner_on_a_device() {
         for (i, row) in alone.iter().enumerate() {
             assert!(multi.row(i) == &row[..], "{name}: sequence {i} of 17 differs from it alone");
         }
+        // a mixed pass: one-token sequences around a 4-token chunk (the one-token ones share
+        // a launch pair, the chunk runs alone), every row the sequence's own
+        let lens = [1usize, 4, 1, 1];
+        let mut sts: Vec<_> = (0..lens.len())
+            .map(|i| {
+                let mut s = rg.new_state(64);
+                rg.forward(&mut s, &prompt[..2 + i], false).unwrap();
+                s
+            })
+            .collect();
+        let feeds: Vec<Vec<u32>> = lens.iter().enumerate().map(|(i, &n)| (0..n).map(|j| tokens[(i + j) % tokens.len()]).collect()).collect();
+        let alone: Vec<_> = sts
+            .iter()
+            .zip(&feeds)
+            .map(|(s, f)| rg.forward(&mut s.try_clone().unwrap(), f, true).unwrap())
+            .collect();
+        let mut parts: Vec<(&mut pn_engine::SeqState, &[u32])> = sts.iter_mut().zip(&feeds).map(|(s, f)| (s, &f[..])).collect();
+        let mixed = rg.forward_multi(&mut parts).expect("a mixed pass");
+        let mut row = 0;
+        for (i, a) in alone.iter().enumerate() {
+            for r in 0..lens[i] {
+                assert!(mixed.row(row) == a.row(r), "{name}: mixed pass, sequence {i} row {r} differs from it alone");
+                row += 1;
+            }
+        }
     }
     assert!(n > 0, "no fixture found (set PN_E2E_MODELS)");
 }
