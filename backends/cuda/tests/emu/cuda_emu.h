@@ -37,11 +37,13 @@ static void emu_barrier() { swapcontext(&emu_fiber[emu_cur], &emu_sched); }
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static
+#define __constant__
 #define __syncthreads() emu_barrier()
 
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 static inline float emu_h2f(unsigned short h) { return _cvtsh_ss(h); }
 static inline unsigned short emu_f2h(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
 // every thread of the block calls the shuffles of these kernels together (block-wide
