@@ -98,11 +98,21 @@ fn floats(seed: &mut u64, n: usize, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// `mm_<format>` of `ty` under the emulation: `n` rows of each of `n_exp` experts, `p`
-/// pairs (`ids[p]` their expert with several, `act_div` pairs per activation row), `k`
-/// elements; every finite output checked against `vec_dot` (nmse ≤ 1e-10, the GPU
-/// op-parity test's bound), an out-of-range expert's rows NaN.
-fn check_mm(exe: &Path, ty: pn_ops::GgmlType, n: usize, p: usize, k: usize, n_exp: usize, ids: &[i32], act_div: usize, seed: &mut u64) {
+/// A matmul launch: `n` rows of each of `n_exp` experts, `p` pairs (`ids[p]` their expert
+/// with several, `act_div` pairs per activation row), `k` elements.
+struct MmCase<'a> {
+    n: usize,
+    p: usize,
+    k: usize,
+    n_exp: usize,
+    ids: &'a [i32],
+    act_div: usize,
+}
+
+/// `mm_<format>` of `ty` under the emulation for `c`: every finite output checked against
+/// `vec_dot` (nmse ≤ 1e-10, the GPU op-parity test's bound), an out-of-range expert's rows NaN.
+fn check_mm(exe: &Path, ty: pn_ops::GgmlType, c: &MmCase<'_>, seed: &mut u64) {
+    let MmCase { n, p, k, n_exp, ids, act_div } = *c;
     use pn_ops::quant::quantize_weights::quantize_weights;
     use pn_ops::quant::{quantize_row, vec_dot, vec_dot_type};
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -170,7 +180,7 @@ fn matmul_kernels_match_vec_dot_for_every_native_format() {
     // 6 rows (a partly filled block of 4 warps), 11 activation rows (a partly filled tile
     // of 8 / 4 pairs), 512 elements (two 256-blocks)
     for ty in NATIVE {
-        check_mm(&exe, ty, 6, 11, 512, 1, &[], 1, &mut seed);
+        check_mm(&exe, ty, &MmCase { n: 6, p: 11, k: 512, n_exp: 1, ids: &[], act_div: 1 }, &mut seed);
     }
 }
 
@@ -179,9 +189,9 @@ fn expert_matmuls_follow_the_ids() {
     let Some(exe) = mm_exe() else { return };
     let mut seed = 0x1234_5678_9abc_def1u64;
     // 3 experts, 13 pairs of 2 per activation row (top-2), one id out of range
-    let ids: Vec<i32> = (0..13).map(|i| if i == 7 { 3 } else { (i * 5 % 3) as i32 }).collect();
+    let ids: Vec<i32> = (0..13).map(|i| if i == 7 { 3 } else { i * 5 % 3 }).collect();
     for ty in NATIVE {
-        check_mm(&exe, ty, 5, 13, 256, 3, &ids, 2, &mut seed);
+        check_mm(&exe, ty, &MmCase { n: 5, p: 13, k: 256, n_exp: 3, ids: &ids, act_div: 2 }, &mut seed);
     }
 }
 
