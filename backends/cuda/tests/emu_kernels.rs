@@ -1,30 +1,34 @@
 //! CUDA kernels run under a CPU emulation of the CUDA execution model
 //! (tests/emu/cuda_emu.h: blocks in turn, a block's threads as fibers switched at every
-//! barrier and warp shuffle), built with the host C++ compiler around the kernel files:
+//! barrier and warp shuffle), built with the host C++ compiler around the kernel files, so
+//! the device code is checked here before any GPU runs it:
 //! - kernels/delta.cu's multi-sequence kernels against each sequence computed alone,
 //!   bitwise (tests/emu/delta_seqs.cpp);
-//! - kernels/attention.cu's decode kernels for many sequences (`kv_store_seqs`,
+//! - kernels/attention.cu's kernels for many one-token sequences (`kv_store_seqs`,
 //!   `attn_kv_seqs`) against the single-sequence kernels launched once per sequence: every
 //!   row and cache byte, each cell format, ring and plain (tests/emu/attention_seqs.cpp);
 //! - kernels/matmul.cu's `mm_<format>` for every native weight format against pn-ops'
-//!   `vec_dot` (tests/emu/matmul.cpp; the tolerance of the GPU op-parity test), dense and
-//!   with expert ids (the MoE's form);
+//!   `vec_dot`, dense and with expert ids (the MoE's form; tests/emu/matmul.cpp);
 //! - kernels/quantize.cu's activation conversions against pn-ops' `quantize_row`, byte for
-//!   byte (tests/emu/quantize.cpp).
+//!   byte (tests/emu/quantize.cpp);
+//! - norm.cu, moe.cu, elementwise.cu and rope.cu through a generic launcher
+//!   (tests/emu/launch.cpp: buffers and launches given as the host code gives them)
+//!   against the reference ops (TopK ids, MoeWeights and the combine bitwise; the rest
+//!   within the GPU op-parity test's bounds).
 //!
-//! What it cannot show (a device's memory model, launch limits, `expf`) is the GPU parity
-//! tests' business (tests/gpu_parity/resident.rs).
+//! What it cannot show (a device's memory model, launch limits, the device's `expf` /
+//! `logf`, real warp scheduling) is the GPU parity tests' business (tests/gpu_parity.rs,
+//! tests/gpu_parity/resident.rs, run by tools/gpu-check.sh).
 #![cfg(target_arch = "x86_64")]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// `file` under kernels/ as plain C++ in the test's temporary folder: no `extern "C"`, the
-/// dynamic shared array the emulation's, common.cuh's f16 `asm` the emulation's F16C.
-fn as_cpp(root: &Path, out: &Path, file: &str) -> PathBuf {
-    let src = std::fs::read_to_string(root.join("kernels").join(file)).unwrap();
+/// Kernel source as plain C++ for the emulation: no `extern "C"`, the dynamic shared
+/// arrays the emulation's, common.cuh's f16 `asm` the emulation's F16C.
+fn cpp_of(what: &str, src: &str) -> String {
     let mut cpp = src.replace("extern \"C\" ", "");
-    for arr in ["qk", "xs"] {
+    for arr in ["qk", "xs", "sh"] {
         cpp = cpp.replace(&format!("extern __shared__ float {arr}[];"), &format!("float* {arr} = emu_dyn_shared;"));
     }
     let asm = [
@@ -34,9 +38,15 @@ fn as_cpp(root: &Path, out: &Path, file: &str) -> PathBuf {
     for (from, to) in asm {
         cpp = cpp.replace(from, to);
     }
-    assert!(!cpp.contains("asm(") && !cpp.contains("extern __shared__"), "{file}: something the emulation does not rewrite");
+    assert!(!cpp.contains("asm(") && !cpp.contains("extern __shared__"), "{what}: something the emulation does not rewrite");
+    cpp
+}
+
+/// `file` under kernels/ as plain C++ in the test's temporary folder ([`cpp_of`]).
+fn as_cpp(root: &Path, out: &Path, file: &str) -> PathBuf {
+    let src = std::fs::read_to_string(root.join("kernels").join(file)).unwrap();
     let path = out.join(format!("{file}.inc"));
-    std::fs::write(&path, cpp).unwrap();
+    std::fs::write(&path, cpp_of(file, &src)).unwrap();
     path
 }
 
@@ -45,13 +55,18 @@ fn as_cpp(root: &Path, out: &Path, file: &str) -> PathBuf {
 fn build(main: &str, kernels: &[(&str, &str)]) -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let defs: Vec<String> = kernels.iter().map(|(m, f)| format!("-D{m}=\"{}\"", as_cpp(&root, &out, f).display())).collect();
+    build_with(main.trim_end_matches(".cpp"), main, &defs)
+}
+
+/// Builds tests/emu/`main` into `exe_name` with the compiler flags `defs`.
+fn build_with(exe_name: &str, main: &str, defs: &[String]) -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let exe = out.join(main.trim_end_matches(".cpp"));
+    let exe = out.join(exe_name);
     let mut cmd = Command::new(&cxx);
-    cmd.args(["-O1", "-std=c++20", "-mf16c", "-o"]).arg(&exe).arg(format!("-I{}", root.join("tests/emu").display()));
-    for (macro_name, file) in kernels {
-        cmd.arg(format!("-D{macro_name}=\"{}\"", as_cpp(&root, &out, file).display()));
-    }
+    cmd.args(["-O1", "-std=c++20", "-mf16c", "-o"]).arg(&exe).arg(format!("-I{}", root.join("tests/emu").display())).args(defs);
     let built = match cmd.arg(root.join("tests/emu").join(main)).output() {
         Ok(o) => o,
         Err(e) if std::env::var_os("CI").is_none() => {
@@ -239,5 +254,281 @@ fn activation_conversions_are_byte_identical_to_pn_ops() {
             quantize_row(ty, &x[r * k..(r + 1) * k], &mut want);
             assert!(got[r * rb..(r + 1) * rb] == want[..], "quantize_{name}: row {r} differs from pn-ops");
         }
+    }
+}
+
+/// One argument of a generic launch (tests/emu/launch.cpp), as the host code passes it.
+enum A {
+    /// A pointer into buffer `.0`, `.1` bytes in.
+    P(u32, u64),
+    I(i32),
+    L(i64),
+    F(f32),
+    Null,
+}
+
+/// Buffers and kernel launches for tests/emu/launch.cpp, run under the emulation.
+#[derive(Default)]
+struct Job {
+    bufs: Vec<Vec<u8>>,
+    cmds: Vec<u8>,
+    n_cmds: u32,
+}
+
+impl Job {
+    /// A buffer of these bytes: its index.
+    fn buf(&mut self, bytes: Vec<u8>) -> u32 {
+        self.bufs.push(bytes);
+        self.bufs.len() as u32 - 1
+    }
+    fn f32s(&mut self, v: &[f32]) -> u32 {
+        self.buf(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+    fn i32s(&mut self, v: &[i32]) -> u32 {
+        self.buf(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+    }
+    /// `name` on a grid of `grid` blocks of `block` threads.
+    fn launch(&mut self, name: &str, grid: [u32; 3], block: [u32; 3], args: &[A]) {
+        let c = &mut self.cmds;
+        c.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        c.extend_from_slice(name.as_bytes());
+        grid.iter().chain(&block).for_each(|v| c.extend_from_slice(&v.to_le_bytes()));
+        c.extend_from_slice(&(args.len() as u32).to_le_bytes());
+        for a in args {
+            match *a {
+                A::P(b, off) => {
+                    c.push(1);
+                    c.extend_from_slice(&b.to_le_bytes());
+                    c.extend_from_slice(&off.to_le_bytes());
+                }
+                A::I(v) => {
+                    c.push(2);
+                    c.extend_from_slice(&v.to_le_bytes());
+                }
+                A::L(v) => {
+                    c.push(3);
+                    c.extend_from_slice(&v.to_le_bytes());
+                }
+                A::F(v) => {
+                    c.push(4);
+                    c.extend_from_slice(&v.to_le_bytes());
+                }
+                A::Null => c.push(5),
+            }
+        }
+        self.n_cmds += 1;
+    }
+    /// Runs the launches on module `file` (src/kernels.rs `MODULES`): every buffer after
+    /// them, or None where no C++ compiler runs outside CI.
+    fn run(self, file: &str) -> Option<Vec<Vec<u8>>> {
+        let m = pn_cuda::kernels::MODULES.iter().find(|m| m.file == file).expect("a kernel module");
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let stem = file.trim_end_matches(".cu");
+        let src = out.join(format!("{stem}.module.inc"));
+        std::fs::write(&src, cpp_of(file, &m.full_source())).unwrap();
+        let entries: String = m.entries.iter().map(|e| format!("X({e}) ")).collect();
+        let exe = build_with(&format!("launch_{stem}"), "launch.cpp", &[format!("-DKERNEL_CU=\"{}\"", src.display()), format!("-DENTRIES={entries}")])?;
+        let mut job = Vec::new();
+        job.extend_from_slice(&(self.bufs.len() as u32).to_le_bytes());
+        for b in &self.bufs {
+            job.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            job.extend_from_slice(b);
+        }
+        job.extend_from_slice(&self.n_cmds.to_le_bytes());
+        job.extend_from_slice(&self.cmds);
+        let (jp, op) = (out.join(format!("{stem}.job")), out.join(format!("{stem}.job.out")));
+        std::fs::write(&jp, &job).unwrap();
+        let ran = Command::new(&exe).arg(&jp).arg(&op).output().unwrap();
+        assert!(ran.status.success(), "{file}: {}", String::from_utf8_lossy(&ran.stdout));
+        let all = std::fs::read(&op).unwrap();
+        let mut at = 0;
+        Some(
+            self.bufs
+                .iter()
+                .map(|b| {
+                    at += b.len();
+                    all[at - b.len()..at].to_vec()
+                })
+                .collect(),
+        )
+    }
+}
+
+fn as_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn as_i32(b: &[u8]) -> Vec<i32> {
+    b.chunks(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let (mut e, mut n) = (0f64, 0f64);
+    for (&g, &w) in got.iter().zip(want) {
+        e += (g as f64 - w as f64).powi(2);
+        n += (w as f64).powi(2);
+    }
+    e / n.max(1e-30)
+}
+
+/// The reference's output of `op` on `ins`.
+fn reference(op: &pn_ops::Op, ins: &[pn_ops::Value<'_>]) -> pn_ops::Tensor {
+    let metas: Vec<pn_ops::TensorMeta> = ins.iter().map(pn_ops::reference::common::meta_of).collect();
+    let out = op.infer(&metas).expect("a valid op");
+    pn_ops::reference::execute(op, ins, &out, None).expect("the reference runs it")
+}
+
+#[test]
+fn norms_and_softmax_match_the_reference() {
+    use pn_ops::{Op, Shape, Tensor, Value};
+    let mut seed = 77u64;
+    let (n, rows) = (300usize, 5usize);
+    let x = floats(&mut seed, n * rows, 2.0);
+    let w = floats(&mut seed, n, 1.0);
+    let mut job = Job::default();
+    let (bx, bw) = (job.f32s(&x), job.f32s(&w));
+    let ys: Vec<u32> = (0..4).map(|_| job.f32s(&vec![f32::NAN; n * rows])).collect();
+    let rows_cfg = [rows as u32, 1, 1];
+    job.launch("rms_norm", rows_cfg, [256, 1, 1], &[A::P(bx, 0), A::P(bw, 0), A::P(ys[0], 0), A::I(n as i32), A::F(1e-6)]);
+    job.launch("rms_norm", rows_cfg, [256, 1, 1], &[A::P(bx, 0), A::Null, A::P(ys[1], 0), A::I(n as i32), A::F(1e-6)]);
+    job.launch("l2_norm", rows_cfg, [256, 1, 1], &[A::P(bx, 0), A::P(ys[2], 0), A::I(n as i32), A::F(1e-6)]);
+    job.launch("softmax_rows", rows_cfg, [256, 1, 1], &[A::P(bx, 0), A::P(ys[3], 0), A::I(n as i32)]);
+    let Some(out) = job.run("norm.cu") else { return };
+    let xt = Tensor::f32(Shape::d2(n, rows), x.clone());
+    let wt = Tensor::f32(Shape::d1(n), w.clone());
+    let cases = [
+        ("RmsNorm w", reference(&Op::RmsNorm { eps: 1e-6 }, &[Value::Act(&xt), Value::Act(&wt)])),
+        ("RmsNorm", reference(&Op::RmsNorm { eps: 1e-6 }, &[Value::Act(&xt)])),
+        ("L2Norm", reference(&Op::L2Norm { eps: 1e-6 }, &[Value::Act(&xt)])),
+        ("Softmax", reference(&Op::Softmax, &[Value::Act(&xt)])),
+    ];
+    for (i, (what, want)) in cases.iter().enumerate() {
+        let e = nmse(&as_f32(&out[ys[i] as usize]), want.as_f32());
+        assert!(e <= 1e-12, "{what}: nmse {e:e}");
+    }
+}
+
+#[test]
+fn routing_kernels_match_the_reference() {
+    use pn_ops::{Op, Shape, Tensor, Value};
+    let mut seed = 99u64;
+    let (e, t, k, dmodel) = (64usize, 5usize, 8usize, 96usize);
+    let mut logits = floats(&mut seed, e * t, 4.0);
+    // ties (the lower index first), ±0 folded, one NaN-free row of equal values
+    logits[3] = logits[10];
+    logits[e + 1] = 0.0;
+    logits[e + 2] = -0.0;
+    logits[2 * e..3 * e].fill(0.5);
+    let probs: Vec<f32> = floats(&mut seed, e * t, 1.0).iter().map(|v| v.abs() + 1e-3).collect();
+    let lt = Tensor::f32(Shape::d2(e, t), logits.clone());
+    let ids = reference(&Op::TopK { k }, &[Value::Act(&lt)]);
+    let d = floats(&mut seed, t * k * dmodel, 1.0);
+    let wts = floats(&mut seed, t * k, 1.0);
+    let mut job = Job::default();
+    let (bl, bp, bd, bwt) = (job.f32s(&logits), job.f32s(&probs), job.f32s(&d), job.f32s(&wts));
+    let bids = job.i32s(&vec![-1; t * k]);
+    let bref_ids = job.i32s(ids.as_i32());
+    let (bw0, bw1, bc) = (job.f32s(&vec![f32::NAN; t * k]), job.f32s(&vec![f32::NAN; t * k]), job.f32s(&vec![f32::NAN; t * dmodel]));
+    let grid1 = |items: usize, threads: u32| [items.div_ceil(threads as usize).max(1) as u32, 1, 1];
+    job.launch("topk_rows", [t as u32, 1, 1], [256, 1, 1], &[A::P(bl, 0), A::P(bids, 0), A::I(e as i32), A::I(k as i32)]);
+    for (b, norm) in [(bw0, 0), (bw1, 1)] {
+        job.launch("moe_weights", grid1(t, 128), [128, 1, 1], &[A::P(bp, 0), A::P(bref_ids, 0), A::P(b, 0), A::I(e as i32), A::I(k as i32), A::I(t as i32), A::I(norm)]);
+    }
+    job.launch("moe_combine", grid1(dmodel * t, 256), [256, 1, 1], &[A::P(bd, 0), A::P(bwt, 0), A::P(bc, 0), A::I(dmodel as i32), A::I(k as i32), A::I(t as i32)]);
+    let Some(out) = job.run("moe.cu") else { return };
+    assert_eq!(as_i32(&out[bids as usize]), ids.as_i32(), "TopK ids");
+    let pt = Tensor::f32(Shape::d2(e, t), probs.clone());
+    for (b, normalize) in [(bw0, false), (bw1, true)] {
+        let want = reference(&Op::MoeWeights { normalize }, &[Value::Act(&pt), Value::Act(&ids)]);
+        assert!(as_f32(&out[b as usize]) == want.as_f32(), "MoeWeights normalize {normalize}: not bitwise the reference");
+    }
+    // the combine: each token sums its slots in selection order, from 0
+    let mut want = vec![0f32; t * dmodel];
+    for ti in 0..t {
+        for i in 0..dmodel {
+            let mut acc = 0f32;
+            for r in 0..k {
+                acc += d[(ti * k + r) * dmodel + i] * wts[ti * k + r];
+            }
+            want[ti * dmodel + i] = acc;
+        }
+    }
+    assert!(as_f32(&out[bc as usize]) == want, "moe_combine: not bitwise the selection-order sum");
+}
+
+#[test]
+fn elementwise_kernels_match_the_reference() {
+    use pn_ops::{BinaryOp, Op, Shape, Tensor, UnaryOp, Value};
+    let mut seed = 5u64;
+    let (n, t) = (300usize, 6usize);
+    let x = floats(&mut seed, n * t, 8.0);
+    let z = floats(&mut seed, n * t, 1.0);
+    let row = floats(&mut seed, n, 1.0);
+    let mut job = Job::default();
+    let (bx, bz, brow) = (job.f32s(&x), job.f32s(&z), job.f32s(&row));
+    let grid1 = |items: usize| [items.div_ceil(256) as u32, 1, 1];
+    let unary = [(UnaryOp::Silu, 0), (UnaryOp::Sigmoid, 1), (UnaryOp::Softplus, 2), (UnaryOp::Exp, 3), (UnaryOp::Scale(0.37), 4)];
+    let mut outs = Vec::new();
+    for (u, code) in unary {
+        let s = if let UnaryOp::Scale(s) = u { s } else { 0.0 };
+        let y = job.f32s(&vec![f32::NAN; n * t]);
+        job.launch("unary_f32", grid1(n * t), [256, 1, 1], &[A::P(bx, 0), A::P(y, 0), A::L((n * t) as i64), A::I(code), A::F(s)]);
+        outs.push((format!("Unary {u:?}"), y, Op::Unary(u), false));
+    }
+    for (b, code) in [(BinaryOp::Add, 0), (BinaryOp::Mul, 1), (BinaryOp::SwiGlu, 2)] {
+        for bcast in [false, true] {
+            let (other, b0, b1) = if bcast { (brow, n as i32, 1) } else { (bz, n as i32, t as i32) };
+            let y = job.f32s(&vec![f32::NAN; n * t]);
+            let dims = [A::I(n as i32), A::I(t as i32), A::I(1), A::I(1), A::I(b0), A::I(b1), A::I(1), A::I(1)];
+            let mut args = vec![A::P(bx, 0), A::P(other, 0), A::P(y, 0)];
+            args.extend(dims);
+            args.push(A::I(code));
+            job.launch("binary_f32", grid1(n * t), [256, 1, 1], &args);
+            outs.push((format!("Binary {b:?} bcast {bcast}"), y, Op::Binary(b), bcast));
+        }
+    }
+    let Some(out) = job.run("elementwise.cu") else { return };
+    let (xt, zt, rt) = (Tensor::f32(Shape::d2(n, t), x.clone()), Tensor::f32(Shape::d2(n, t), z.clone()), Tensor::f32(Shape::d2(n, 1), row.clone()));
+    for (what, y, op, bcast) in outs {
+        let want = match op {
+            Op::Unary(_) => reference(&op, &[Value::Act(&xt)]),
+            _ => reference(&op, &[Value::Act(&xt), Value::Act(if bcast { &rt } else { &zt })]),
+        };
+        let e = nmse(&as_f32(&out[y as usize]), want.as_f32());
+        assert!(e <= 1e-12, "{what}: nmse {e:e}");
+    }
+}
+
+#[test]
+fn rope_matches_the_reference() {
+    use pn_ops::{Op, RopeMode, Shape, Tensor, Value};
+    let mut seed = 11u64;
+    let (d, h, t) = (64usize, 3usize, 5usize);
+    let x = floats(&mut seed, d * h * t, 2.0);
+    let pos: Vec<i32> = vec![0, 7, 8, 100, 4095];
+    let mut job = Job::default();
+    let bpos = job.i32s(&pos);
+    let mut outs = Vec::new();
+    for (mode, n_rot) in [(RopeMode::Neox, 64usize), (RopeMode::Neox, 32), (RopeMode::Normal, 64)] {
+        let (freq_base, freq_scale) = (10000.0f32, 1.0f32);
+        let theta_scale = freq_base.powf(-2.0f32 / n_rot as f32);
+        // the host copies x into y, then rotates y in place
+        let y = job.f32s(&x);
+        let n = n_rot / 2 * h * t;
+        let args = [
+            A::P(y, 0), A::P(bpos, 0), A::I(d as i32), A::I(h as i32), A::I(t as i32), A::I(1), A::I(n_rot as i32), A::F(theta_scale), A::F(freq_scale),
+            A::I(0), A::I(0), A::I(0), A::I(0), A::I(0), A::Null, A::I((mode == RopeMode::Normal) as i32),
+        ];
+        job.launch("rope_neox", [n.div_ceil(256) as u32, 1, 1], [256, 1, 1], &args);
+        outs.push((mode, n_rot, freq_base, freq_scale, y));
+    }
+    let Some(out) = job.run("rope.cu") else { return };
+    let xt = Tensor::f32(Shape([d, h, t, 1]), x.clone());
+    let pt = Tensor::i32(Shape::d1(t), pos.clone());
+    for (mode, n_rot, freq_base, freq_scale, y) in outs {
+        let want = reference(&Op::Rope { n_rot, mode, freq_base, freq_scale }, &[Value::Act(&xt), Value::Act(&pt)]);
+        let e = nmse(&as_f32(&out[y as usize]), want.as_f32());
+        assert!(e <= 1e-12, "Rope {mode:?} n_rot {n_rot}: nmse {e:e}");
     }
 }

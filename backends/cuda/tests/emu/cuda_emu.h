@@ -41,6 +41,7 @@ static void emu_barrier() { swapcontext(&emu_fiber[emu_cur], &emu_sched); }
 #define __syncthreads() emu_barrier()
 
 static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f; }
+static inline int __float_as_int(float f) { int i; memcpy(&i, &f, 4); return i; }
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 static inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
