@@ -11,10 +11,10 @@
 //!   `vec_dot`, dense and with expert ids (the MoE's form; tests/emu/matmul.cpp);
 //! - kernels/quantize.cu's activation conversions against pn-ops' `quantize_row`, byte for
 //!   byte (tests/emu/quantize.cpp);
-//! - norm.cu, moe.cu, elementwise.cu and rope.cu through a generic launcher
+//! - attention.cu, norm.cu, moe.cu, elementwise.cu and rope.cu through a generic launcher
 //!   (tests/emu/launch.cpp: buffers and launches given as the host code gives them)
-//!   against the reference ops (TopK ids, MoeWeights and the combine bitwise; the rest
-//!   within the GPU op-parity test's bounds).
+//!   against the reference ops (Attention with its cache, TopK ids, MoeWeights and the
+//!   combine bitwise; the rest within the GPU op-parity test's bounds).
 //!
 //! What it cannot show (a device's memory model, launch limits, the device's `expf` /
 //! `logf`, real warp scheduling) is the GPU parity tests' business (tests/gpu_parity.rs,
@@ -530,5 +530,69 @@ fn rope_matches_the_reference() {
         let want = reference(&Op::Rope { n_rot, mode, freq_base, freq_scale }, &[Value::Act(&xt), Value::Act(&pt)]);
         let e = nmse(&as_f32(&out[y as usize]), want.as_f32());
         assert!(e <= 1e-12, "Rope {mode:?} n_rot {n_rot}: nmse {e:e}");
+    }
+}
+
+#[test]
+fn attention_kernels_match_the_reference_for_every_kv_format() {
+    use pn_ops::{KvCache, KvType, LayerState, Op, Shape, Tensor, Value};
+    let (d, h, hkv, cap) = (64usize, 4usize, 2usize, 40usize);
+    let scale = 1.0 / (d as f32).sqrt();
+    let op = Op::Attention { n_head: h, n_head_kv: hkv, head_dim: d, scale, state: 0 };
+    // each format with its default shadows, and without any (every position read from
+    // the cells)
+    let formats = [(KvType::F32, 0), (KvType::F16, 1), (KvType::Q8_0, 2), (KvType::Q4_0, 3)];
+    for ((ty, code), shadows) in formats.into_iter().flat_map(|f| [(f, true), (f, false)]) {
+        let mut seed = 21 + code as u64;
+        let mut cache = if shadows { KvCache::with_type(hkv, d, cap, ty) } else { KvCache::with_shadows(hkv, d, cap, ty, 0, 0) };
+        let (rb, sink, window, slots) = (cache.ty.row_bytes(d), cache.shadow.sink, cache.shadow.window, cache.shadow.slots);
+        let rs = |n: usize| if n == 0 { 0.0 } else { 1.0 / (n as f32).sqrt() };
+        let (rot_k, rot_v) = (cache.rot_k, cache.rot_v);
+        let mut job = Job::default();
+        let cell_bytes = hkv * cap * rb;
+        let cells = [job.buf(vec![0; cell_bytes]), job.buf(vec![0; cell_bytes])];
+        let sinks = [job.buf(vec![0; hkv * sink * d * 2]), job.buf(vec![0; hkv * sink * d * 2])];
+        let wins = [job.buf(vec![0; hkv * slots * d * 2]), job.buf(vec![0; hkv * slots * d * 2])];
+        let ptr = |b: u32| A::P(b, 0);
+        let mut wants = Vec::new();
+        let mut ys = Vec::new();
+        // a prefill of 6 tokens (one run), then a decode token, as ops_attn.rs `run` launches them
+        for (pos, fixed) in [(vec![0i32, 1, 2, 3, 4, 5], false), (vec![6], true)] {
+            let t = pos.len();
+            let (q, k, v) = (floats(&mut seed, d * h * t, 1.0), floats(&mut seed, d * hkv * t, 1.0), floats(&mut seed, d * hkv * t, 1.0));
+            let (qt, kt, vt) = (Tensor::f32(Shape([d, h, t, 1]), q.clone()), Tensor::f32(Shape([d, hkv, t, 1]), k.clone()), Tensor::f32(Shape([d, hkv, t, 1]), v.clone()));
+            let pt = Tensor::i32(Shape::d1(t), pos.clone());
+            let ins = [Value::Act(&qt), Value::Act(&kt), Value::Act(&vt), Value::Act(&pt)];
+            let metas: Vec<pn_ops::TensorMeta> = ins.iter().map(pn_ops::reference::common::meta_of).collect();
+            let out = op.infer(&metas).unwrap();
+            let mut st = LayerState::Kv(cache);
+            wants.push(pn_ops::reference::execute(&op, &ins, &out, Some(&mut st)).unwrap());
+            let LayerState::Kv(c) = st else { unreachable!() };
+            cache = c;
+            let (bq, bk, bv, bp) = (job.f32s(&q), job.f32s(&k), job.f32s(&v), job.i32s(&pos));
+            let span = if fixed { cap } else { *pos.iter().max().unwrap() as usize + 1 };
+            let (bs, by) = (job.f32s(&vec![0.0; h * t * span]), job.f32s(&vec![f32::NAN; d * h * t]));
+            let mut a = vec![ptr(cells[0]), ptr(cells[1]), ptr(sinks[0]), ptr(sinks[1]), ptr(wins[0]), ptr(wins[1]), A::Null, A::Null, ptr(bk), ptr(bv), ptr(bp)];
+            a.extend([A::I(0), A::I(code), A::I(d as i32), A::I(hkv as i32), A::I(rb as i32), A::I(cap as i32), A::I(cap as i32), A::I(0), A::I(sink as i32), A::I(slots as i32)]);
+            a.extend([A::I(rot_k as i32), A::F(rs(rot_k)), A::I(rot_v as i32), A::F(rs(rot_v))]);
+            job.launch("kv_store", [t as u32, hkv as u32, 1], [128, 1, 1], &a);
+            let mut a = vec![ptr(bq), ptr(cells[0]), ptr(cells[1]), ptr(sinks[0]), ptr(sinks[1]), ptr(wins[0]), ptr(wins[1]), ptr(bp), ptr(bs), ptr(by)];
+            a.extend([A::I(0), A::I(code), A::I(d as i32), A::I(h as i32), A::I(hkv as i32), A::I(rb as i32), A::I(cap as i32), A::I(cap as i32), A::I(0)]);
+            a.extend([A::I(sink as i32), A::I(window as i32), A::I(slots as i32), A::I(span as i32)]);
+            a.extend([A::I(rot_k as i32), A::F(rs(rot_k)), A::I(rot_v as i32), A::F(rs(rot_v)), A::F(scale)]);
+            job.launch("attn_kv", [h as u32, t as u32, 1], [128, 1, 1], &a);
+            ys.push(by);
+        }
+        let Some(out) = job.run("attention.cu") else { return };
+        for (pass, (y, want)) in ys.iter().zip(&wants).enumerate() {
+            assert!(as_f32(&out[*y as usize]) == want.as_f32(), "{ty:?} (shadows {shadows}) pass {pass}: attention output not bitwise the reference");
+        }
+        let enc = |i: usize| if ty == KvType::F32 { (if i == 0 { &cache.k } else { &cache.v }).iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>() } else { (if i == 0 { &cache.kq } else { &cache.vq }).clone() };
+        let u16s = |v: &Vec<u16>| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        for i in 0..2 {
+            assert!(out[cells[i] as usize] == enc(i), "{ty:?}: cells {i} differ from the reference cache");
+        }
+        assert!(out[sinks[0] as usize] == u16s(&cache.shadow.k_sink) && out[sinks[1] as usize] == u16s(&cache.shadow.v_sink), "{ty:?}: sink shadows differ");
+        assert!(out[wins[0] as usize] == u16s(&cache.shadow.k_win) && out[wins[1] as usize] == u16s(&cache.shadow.v_win), "{ty:?}: window shadows differ");
     }
 }
