@@ -13,10 +13,11 @@
 //!   byte (tests/emu/quantize.cpp);
 //! - `get_rows_<format>` bitwise the reference GetRows, and delta_chunk.cu's chunked form
 //!   against the reference recurrence (nmse ≤ 1e-8; ~1e-13 measured);
-//! - attention.cu, norm.cu, moe.cu, elementwise.cu and rope.cu through a generic launcher
-//!   (tests/emu/launch.cpp: buffers and launches given as the host code gives them)
-//!   against the reference ops (Attention with its cache, TopK ids, MoeWeights and the
-//!   combine bitwise; the rest within the GPU op-parity test's bounds).
+//! - attention.cu, norm.cu, moe.cu, elementwise.cu (with the slices) and rope.cu through a
+//!   generic launcher (tests/emu/launch.cpp: buffers and launches given as the host code
+//!   gives them) against the reference ops (Attention with its cache, TopK ids,
+//!   MoeWeights, the combine and the slices bitwise; the rest within the GPU op-parity
+//!   test's bounds).
 //!
 //! What it cannot show (a device's memory model, launch limits, the device's `expf` /
 //! `logf`, real warp scheduling) is the GPU parity tests' business (tests/gpu_parity.rs,
@@ -679,4 +680,26 @@ fn chunked_delta_rule_matches_the_recurrence() {
     // the chunked form reassociates the recurrence's sums (≤ 1e-4 relative, docs/perf.md)
     let (ey, es) = (nmse(&as_f32(&out[by as usize]), want.as_f32()), nmse(&as_f32(&out[bs as usize]), &rs.ssm));
     assert!(ey <= 1e-8 && es <= 1e-8, "chunked delta rule: output nmse {ey:e}, state nmse {es:e}");
+}
+
+#[test]
+fn slices_match_the_reference() {
+    use pn_ops::{Op, Shape, Tensor, Value};
+    let mut seed = 13u64;
+    let (n, t) = (96usize, 5usize);
+    let x = floats(&mut seed, n * t, 1.0);
+    let (group, offset, len) = (32usize, 8usize, 16usize);
+    let (start, rows) = (1usize, 3usize);
+    let mut job = Job::default();
+    let bx = job.f32s(&x);
+    let n_cols = n / group * len * t;
+    let (yc, yr) = (job.f32s(&vec![f32::NAN; n_cols]), job.f32s(&vec![f32::NAN; n * rows]));
+    job.launch("slice_cols", [n_cols.div_ceil(256) as u32, 1, 1], [256, 1, 1], &[A::P(bx, 0), A::P(yc, 0), A::L(n_cols as i64), A::I(group as i32), A::I(offset as i32), A::I(len as i32)]);
+    job.launch("copy_f32", [(n * rows).div_ceil(256) as u32, 1, 1], [256, 1, 1], &[A::P(bx, 0), A::P(yr, 0), A::L((start * n) as i64), A::L((n * rows) as i64)]);
+    let Some(out) = job.run("elementwise.cu") else { return };
+    let xt = Tensor::f32(Shape::d2(n, t), x.clone());
+    let cols = reference(&Op::SliceCols { group, offset, len }, &[Value::Act(&xt)]);
+    let rows_want = reference(&Op::SliceRows { start, len: rows }, &[Value::Act(&xt)]);
+    assert!(as_f32(&out[yc as usize]) == cols.as_f32(), "slice_cols: not the reference's elements");
+    assert!(as_f32(&out[yr as usize]) == rows_want.as_f32(), "copy_f32 (SliceRows): not the reference's rows");
 }
