@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 22: the K table on full-dims q4_k_m, two rounds (K = 1 / 4 / 16), build 04d7d53
+# Session 22: the K table on full-dims q4_k_m, two rounds (K = 1 / 4 / 16), build 04d7d53 (log),
+# run again on 4608373 (log2; no CPU change between them)
 # (no CPU change this session), then the streaming probe in the same minutes.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
