@@ -86,13 +86,7 @@ pub fn attention(
     g: AttnGeom,
 ) -> Result<(), OpError> {
     let t = out.shape.0[1];
-    let pos = ins[3].host().ok_or_else(|| OpError::Invalid {
-        op: OP,
-        msg:
-            "cuda: the positions must come from the host (the runner uploads them into their slot)"
-                .into(),
-    })?;
-    let pos = pn_ops::reference::common::token_positions(OP, pos, t)?;
+    let pos = host_positions(ins, t)?;
     if kv.n_head_kv != g.n_head_kv || kv.head_dim != g.d {
         return Err(OpError::Invalid {
             op: OP,
@@ -106,17 +100,28 @@ pub fn attention(
     if t == 0 || g.n_head == 0 {
         return Ok(());
     }
-    // both kernels keep one head row of D floats in dynamic shared memory, beside their
-    // static shared memory (attn_kv: 384 bytes of reduction scratch)
-    for k in ["kv_store", "attn_kv"] {
-        shared_fits(k, g.d * 4, cx.d.static_shared(k)).map_err(|e| {
-            cuda(CudaError::Unsupported(format!(
-                "head_dim {}: {e} (the kernels keep one head row in shared memory)",
-                g.d
-            )))
-        })?;
-    }
+    head_row_fits(cx, g, ["kv_store", "attn_kv"])?;
     run(cx, ins, y, kv, b, pos, g).map_err(cuda)
+}
+
+/// The pass's `t` positions, from their host mirror (the runner uploads them into their
+/// slot, so the host has them).
+fn host_positions<'a>(ins: &[Opnd<'a>], t: usize) -> Result<&'a [i32], OpError> {
+    let pos = ins[3].host().ok_or_else(|| OpError::Invalid {
+        op: OP,
+        msg: "cuda: the positions must come from the host (the runner uploads them into their slot)".into(),
+    })?;
+    pn_ops::reference::common::token_positions(OP, pos, t)
+}
+
+/// Both kernels (a store and an attend) keep one head row of D floats in dynamic shared
+/// memory, beside their static shared memory (the attend: 384 bytes of reduction scratch).
+fn head_row_fits(cx: &Cx<'_>, g: AttnGeom, kernels: [&str; 2]) -> Result<(), OpError> {
+    for k in kernels {
+        shared_fits(k, g.d * 4, cx.d.static_shared(k))
+            .map_err(|e| cuda(CudaError::Unsupported(format!("head_dim {}: {e} (the kernels keep one head row in shared memory)", g.d))))?;
+    }
+    Ok(())
 }
 
 fn run(
@@ -284,21 +289,14 @@ pub fn attention_decode_seqs(
     if kv.n_head_kv != g.n_head_kv || kv.head_dim != g.d {
         return Ok(false);
     }
-    let pos = ins[3].host().ok_or_else(|| OpError::Invalid {
-        op: OP,
-        msg: "cuda: the positions must come from the host (the runner uploads them into their slot)".into(),
-    })?;
-    let pos = pn_ops::reference::common::token_positions(OP, pos, t)?;
+    let pos = host_positions(ins, t)?;
     for (k, _, tok) in kvs {
         k.check_positions(OP, &pos[*tok..*tok + 1])?;
     }
     if g.n_head == 0 {
         return Ok(true);
     }
-    for k in ["kv_store_seqs", "attn_kv_seqs"] {
-        shared_fits(k, g.d * 4, cx.d.static_shared(k))
-            .map_err(|e| cuda(CudaError::Unsupported(format!("head_dim {}: {e} (the kernels keep one head row in shared memory)", g.d))))?;
-    }
+    head_row_fits(cx, g, ["kv_store_seqs", "attn_kv_seqs"])?;
     let run = |cx: &mut Cx<'_>| -> Result<(), CudaError> {
         let (dd, hkv, h) = (g.d, g.n_head_kv, g.n_head);
         let (q, k, v, dpos) = (ins[0].f32()?, ins[1].f32()?, ins[2].f32()?, ins[3].i32()?);

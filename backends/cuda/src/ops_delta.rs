@@ -78,7 +78,7 @@ pub fn delta_rule(
     st: &RecBufs,
 ) -> Result<(), OpError> {
     let t = out.shape.0[2];
-    delta_rule_in(cx, ins, y, out, &[st.ssm], &[t], true).map(|_| ())
+    delta_rule_in(cx, ins, y, out, &[st.ssm], &[t]).map(|_| ())
 }
 
 /// [`delta_rule`] for every sequence of a pass at once (`states[z]` sequence z's ssm,
@@ -94,24 +94,16 @@ pub fn delta_rule_seqs(
     lens: &[usize],
 ) -> Result<bool, OpError> {
     let ssm: Vec<Buf> = states.iter().map(|s| s.ssm).collect();
-    delta_rule_in(cx, ins, y, out, &ssm, lens, false)
+    delta_rule_in(cx, ins, y, out, &ssm, lens)
 }
 
 /// The sequences `lens` (states `ssm`) of the pass: the recurrence for all of them, or
-/// with one sequence (`one`) long enough for it, the chunked form. False: a sequence of
+/// for a single sequence long enough for it, the chunked form. False: a sequence of
 /// several is long enough for the chunked form, nothing run.
-fn delta_rule_in(
-    cx: &mut Cx<'_>,
-    ins: &[Opnd<'_>],
-    y: Buf,
-    out: &TensorMeta,
-    ssm: &[Buf],
-    lens: &[usize],
-    one: bool,
-) -> Result<bool, OpError> {
+fn delta_rule_in(cx: &mut Cx<'_>, ins: &[Opnd<'_>], y: Buf, out: &TensorMeta, ssm: &[Buf], lens: &[usize]) -> Result<bool, OpError> {
     const OP: &str = "DeltaRule";
     let chunked = lens.iter().any(|&n| n >= chunked_from());
-    if chunked && !one {
+    if chunked && ssm.len() > 1 {
         return Ok(false);
     }
     let [dk, hk, _, _] = ins[0].act().map_err(cuda(OP))?.1 .0;
@@ -152,7 +144,7 @@ fn i(x: usize) -> i32 {
 fn recurrent(cx: &mut Cx<'_>, g: Geom, ssm: &[Buf], lens: &[usize], ups: &[Buf; 5], y: Buf) -> Result<(), CudaError> {
     let threads = g.dv.div_ceil(32).min(REC_THREADS / 32) * 32;
     let use_sh = 2 * g.dk * 4 <= dynamic_shared_max(cx.d.static_shared("delta_rule_seqs"));
-    for tab in SeqTab::groups(ssm, lens, 0) {
+    for tab in SeqTab::groups(ssm, lens) {
         let mut b = cx.d.k("delta_rule_seqs")?.val(&tab);
         for u in ups {
             b = b.p(*u);

@@ -57,7 +57,7 @@ pub fn conv1d_seqs(
         let w = d.weight_f32(&ins[1].weight()?)?;
         let x = ins[0].f32()?;
         let (ci, di) = (c as i32, d_conv as i32);
-        for tab in SeqTab::groups(&conv, lens, 0) {
+        for tab in SeqTab::groups(&conv, lens) {
             cx.go(d.k("conv1d_causal_seqs")?.val(&tab).p(x).p(w.ptr).p(y).i(ci).i(di).cfg(grid1(c * tab.tokens(), 256)))?;
             if ns * c == 0 {
                 continue;

@@ -40,10 +40,10 @@ unsafe impl ByValue for SeqTab {}
 
 impl SeqTab {
     /// Tables of at most [`SEQ_TAB`] sequences each for `states` (one buffer per
-    /// sequence) and their token counts `lens`, in order; the first starts at token `t0`.
-    pub fn groups(states: &[Buf], lens: &[usize], t0: usize) -> Vec<SeqTab> {
+    /// sequence) and their token counts `lens`, in order from the pass's first token.
+    pub fn groups(states: &[Buf], lens: &[usize]) -> Vec<SeqTab> {
         let mut out = Vec::with_capacity(states.len().div_ceil(SEQ_TAB));
-        let mut at = t0;
+        let mut at = 0;
         for (sts, ls) in states.chunks(SEQ_TAB).zip(lens.chunks(SEQ_TAB)) {
             let mut t = SeqTab { st: [0; SEQ_TAB], t0: [0; SEQ_TAB + 1], n: sts.len() as i32 };
             t.t0[0] = at as i32;
@@ -84,7 +84,7 @@ mod tests {
         // 20 sequences of 1..=20 tokens: two tables, the second going on where the first ends
         let bufs: Vec<Buf> = (0..20u64).map(|i| Buf { ptr: 0x1000 * (i + 1), bytes: 64 }).collect();
         let lens: Vec<usize> = (1..=20).collect();
-        let g = SeqTab::groups(&bufs, &lens, 0);
+        let g = SeqTab::groups(&bufs, &lens);
         assert_eq!(g.len(), 2);
         assert_eq!((g[0].n, g[1].n), (16, 4));
         assert_eq!(g[0].t0[0], 0);
