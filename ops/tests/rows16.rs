@@ -1,7 +1,9 @@
 //! The `rows16` layout: a repacked weight's dots are bitwise `vec_dot` of the plain rows,
 //! for every format it covers (Q4_K, Q5_K, Q6_K, IQ4_XS; Q8_0, Q4_0, IQ4_NL, MXFP4), any
 //! number of tokens (the fused, packed and AMX paths),
-//! padded activation strides and row blocks; bad lengths give NaN, never a panic.
+//! padded activation strides and row blocks; bad lengths give NaN, never a panic. On a
+//! machine with AVX-512 the tests run again in a child process with `PN_NO_AVX512=1`,
+//! where the copy is the AVX2 kernels' 8-row layout (Q4_K, Q5_K, Q6_K).
 
 mod quant_common;
 
@@ -28,11 +30,13 @@ fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u
 fn repacked_dots_are_bitwise_vec_dot() {
     let mut rng = Rng(0x0516_7a11_cafe_f00d);
     use GgmlType::*;
+    let mut checked = 0;
     for ty in [Q4K, Q5K, Q6K, IQ4XS, Q8_0, Q4_0, IQ4NL, MXFP4] {
         if !rows16::available(ty, 256, 16) {
-            eprintln!("rows16 not available here (no AVX-512 VNNI): nothing to check");
-            return;
+            eprintln!("{ty}: no interleaved layout on this CPU");
+            continue;
         }
+        checked += 1;
         for (nb, rows) in [(1usize, 16usize), (3, 48), (8, 32)] {
             // 32-element formats: odd block counts too
             let n = if ty.block_size() == 256 { 256 * nb } else { 32 * (2 * nb + 1) };
@@ -64,6 +68,32 @@ fn repacked_dots_are_bitwise_vec_dot() {
                 }
             }
         }
+    }
+    // every x86_64 CPU with AVX2 has a layout for the K-quants
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("f16c") && std::env::var_os("PN_NO_REPACK").is_none() {
+        assert!(checked >= 3, "only {checked} formats had a layout");
+    }
+    let _ = checked;
+}
+
+/// The tests above through the plain-AVX2 kernels and their 8-row layout
+/// (`PN_NO_AVX512`, read once per process: a child process) on a machine with AVX-512.
+#[test]
+fn the_avx2_layout_passes_the_same_tests() {
+    if std::env::var_os("PN_NO_AVX512").is_some() || !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .env("PN_NO_AVX512", "1")
+        .args(["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false", "--test-threads", "1"])
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    for t in ["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false"] {
+        assert!(text.contains(&format!("{t} ... ok")), "the child ran {t}: {text}");
     }
 }
 
@@ -108,7 +138,7 @@ fn timing_plain_vs_rows16() {
     let mut rng = Rng(99);
     for ty in [GgmlType::Q4K, GgmlType::Q6K, GgmlType::Q5K, GgmlType::IQ4XS] {
         if !rows16::available(ty, 2048, 16) {
-            return;
+            continue;
         }
         let n = 2048;
         let rb = ty.row_bytes(n).unwrap();

@@ -80,3 +80,18 @@ fn per_expert_tasks_and_projection_loops_agree_with_the_reference() {
         }
     }
 }
+
+/// The same test through the plain-AVX2 kernels (`PN_NO_AVX512`, read once per process:
+/// a child process) on a machine with AVX-512: there the weights' copies are the 8-row
+/// layout (`x86_rows8`).
+#[test]
+fn the_avx2_kernels_agree_too() {
+    if std::env::var_os("PN_NO_AVX512").is_some() {
+        return;
+    }
+    let t = "per_expert_tasks_and_projection_loops_agree_with_the_reference";
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe).env("PN_NO_AVX512", "1").args([t, "--exact"]).output().expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&format!("{t} ... ok")), "{text}{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -4,12 +4,17 @@
 //! at load, for the weights its matmuls stream every step; the plain bytes stay the
 //! weight's (`WeightView::bytes`), this is a second copy (`WeightView::rows16`) whose dots
 //! are bitwise the plain rows' `vec_dot`. The same size as the plain bytes.
+//!
+//! On a CPU with AVX2 but not AVX-512 VNNI the copy (Q4_K, Q5_K and Q6_K only) is the
+//! 8-row layout of the AVX2 kernels instead (`x86_rows8`: each 16-row group as two 8-row
+//! groups): the same contract, the same size.
 
 use crate::GgmlType;
 
 /// Whether a `[n, rows]` weight (or a stack of such matrices) of `ty` takes the
 /// `rows16` layout on this CPU: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, IQ4_NL or MXFP4,
-/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI (`PN_NO_REPACK=1` says no).
+/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI — or Q4_K, Q5_K, Q6_K on
+/// plain AVX2 (the 8-row layout) — and `PN_NO_REPACK=1` not set.
 /// The loader makes the copy wherever it can: measured (`moe_bench matmul_few_tokens`,
 /// Intel Xeon 6/207, 2 threads, calls alternated, GB/s of weights plain → `rows16`): one
 /// token Q4_K 2048×4096 14.7 → 25.7, Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 /
@@ -17,7 +22,7 @@ use crate::GgmlType;
 pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        enabled() && super::x86_rows16::kind(ty).is_some() && n > 0 && n.is_multiple_of(ty.block_size()) && rows > 0 && rows.is_multiple_of(16)
+        enabled() && kind_here(ty).is_some() && n > 0 && n.is_multiple_of(ty.block_size()) && rows > 0 && rows.is_multiple_of(16)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -26,11 +31,23 @@ pub fn available(ty: GgmlType, n: usize, rows: usize) -> bool {
     }
 }
 
-/// The CPU can run the `rows16` kernels and `PN_NO_REPACK` is not set (detected once).
+/// The CPU can run the `rows16` kernels (AVX-512 VNNI) or the 8-row ones (AVX2) and
+/// `PN_NO_REPACK` is not set (detected once).
 #[cfg(target_arch = "x86_64")]
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| super::x86::has_vnni() && std::env::var_os("PN_NO_REPACK").is_none_or(|v| v.is_empty() || v == "0"))
+    *ON.get_or_init(|| super::x86::has_avx2() && std::env::var_os("PN_NO_REPACK").is_none_or(|v| v.is_empty() || v == "0"))
+}
+
+/// This CPU's layout of `ty`: `(true, kind)` the 16-row one (AVX-512 VNNI), `(false,
+/// kind)` the 8-row one (plain AVX2), None when `ty` has none here.
+#[cfg(target_arch = "x86_64")]
+fn kind_here(ty: GgmlType) -> Option<(bool, u8)> {
+    if super::x86::has_vnni() {
+        super::x86_rows16::kind(ty).map(|k| (true, k))
+    } else {
+        super::x86_rows8::kind(ty).map(|k| (false, k))
+    }
 }
 
 /// `src` (`rows` plain rows of `n` elements of `ty`, as [`available`] allows) into `dst`
@@ -43,8 +60,10 @@ pub fn repack(ty: GgmlType, n: usize, rows: usize, src: &[u8], dst: &mut [u8]) -
     }
     #[cfg(target_arch = "x86_64")]
     {
-        let kind = super::x86_rows16::kind(ty).expect("available");
-        super::x86_rows16::repack_into(kind, src, dst, rows, n / ty.block_size());
+        match kind_here(ty).expect("available") {
+            (true, kind) => super::x86_rows16::repack_into(kind, src, dst, rows, n / ty.block_size()),
+            (false, kind) => super::x86_rows8::repack_into(kind, src, dst, rows, n / ty.block_size()),
+        }
         true
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -69,9 +88,14 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
         && (rows - 1) * ostride + m <= out.len();
     #[cfg(target_arch = "x86_64")]
     if ok {
-        let kind = super::x86_rows16::kind(ty).expect("available");
-        // SAFETY: VNNI detected (`available`); the lengths checked above.
-        unsafe { super::x86_rows16::block(kind, n, w, rows, acts, astride, m, out, ostride) };
+        // SAFETY: VNNI (16-row layout) or AVX2 (8-row) detected (`available`); the
+        // lengths checked above.
+        unsafe {
+            match kind_here(ty).expect("available") {
+                (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, out, ostride),
+                (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, out, ostride),
+            }
+        }
         return;
     }
     let _ = ok;

@@ -413,10 +413,10 @@ const FUSED8_MIN_ROWS: usize = 4;
 
 thread_local! {
     // SAFETY: an all-zero bit pattern is a valid Packed8 (vectors and floats).
-    static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
+    pub(super) static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
     pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
-    static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
+    pub(super) static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     pub(super) static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     pub(super) static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
     /// `x86_amx`'s scratch and the padded copy of the last token tile.

@@ -12,8 +12,8 @@
 //! (`pack_scales8`, `finish8`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::k_quants::Q4_K_BYTES;
-use super::x86_pack8::{bcast4, finish8, pack_scales8, raw8, Packed8, Q4K};
+use super::x86_pack8::{bcast4, finish8, pack_scales8, Packed8, Q4K};
+use super::x86_rows8::{Rows8, Src8};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (16 vector registers: more spill).
@@ -30,14 +30,12 @@ unsafe fn prefetch(at: *const u8, off: usize, len: usize) {
     }
 }
 
-/// The integer sums of Q4_K super-block `xb` (8 rows, stride `ws`) with `M` tokens'
+/// The integer sums of the Q4_K super-block of the 8 rows at `src` with `M` tokens'
 /// Q8_K blocks at `y + j·astride`: `isum[j]` lane r = Σ_s scale_s · Σ_sub-block products
 /// of row r. `pf`: (pointer, bytes per step) prefetched at each of the 4 steps.
 #[inline(always)]
-unsafe fn ints8<const M: usize>(
-    xb: *const u8,
-    ws: usize,
-    nr: usize,
+unsafe fn ints8<const M: usize, S: Src8>(
+    src: S,
     pk: &Packed8,
     y: *const u8,
     astride: usize,
@@ -46,14 +44,14 @@ unsafe fn ints8<const M: usize>(
     let m4 = _mm256_set1_epi8(0x0f);
     let z = _mm256_setzero_si256();
     let mut isum = [z; M];
-    // SAFETY (whole body): the caller guarantees 8 rows of whole Q4_K blocks at xb (qs
+    // SAFETY (whole body): the caller guarantees 8 rows of whole Q4_K blocks at src (qs
     // 128 B @16) and every token's whole Q8_K block at y + j·astride; AVX2 enabled in
     // every caller.
     unsafe {
         // nibble h of qs chunk c is sub-block 2c + h: its 8 groups summed in i16
         for c in 0..4 {
             prefetch(pf.0, c * pf.1, pf.1);
-            let q = raw8(xb, ws, nr, 16 + 32 * c);
+            let q = src.raw::<Q4K>(16 + 32 * c);
             for hi in 0..2 {
                 let s = 2 * c + hi;
                 let mut acc = [z; M];
@@ -99,21 +97,46 @@ pub unsafe fn group8_fused(
     debug_assert!((1..=MAX_FUSED).contains(&m));
     // SAFETY (each arm): the caller's contract.
     unsafe {
+        run_src(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, pk, next)
+    }
+}
+
+/// `group8_fused` with the rows' blocks from `src` (block 0: plain rows or the 8-row
+/// layout of `x86_rows8`).
+///
+/// # Safety
+/// As `group8_fused`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) unsafe fn run_src<S: Src8>(
+    nb: usize,
+    nr: usize,
+    src: S,
+    a: *const u8,
+    astride: usize,
+    m: usize,
+    out: &mut [f32],
+    ostride: usize,
+    pk: &mut Packed8,
+    next: Option<(*const u8, usize)>,
+) {
+    debug_assert!((1..=MAX_FUSED).contains(&m));
+    // SAFETY (each arm): the caller's contract.
+    unsafe {
         match m {
-            1 => run::<1>(nb, nr, w, ws, a, astride, out, ostride, pk, next),
-            2 => run::<2>(nb, nr, w, ws, a, astride, out, ostride, pk, next),
-            _ => run::<3>(nb, nr, w, ws, a, astride, out, ostride, pk, next),
+            1 => run::<1, S>(nb, nr, src, a, astride, out, ostride, pk, next),
+            2 => run::<2, S>(nb, nr, src, a, astride, out, ostride, pk, next),
+            _ => run::<3, S>(nb, nr, src, a, astride, out, ostride, pk, next),
         }
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const M: usize>(
+unsafe fn run<const M: usize, S: Src8>(
     nb: usize,
     nr: usize,
-    w: *const u8,
-    ws: usize,
+    src: S,
     a: *const u8,
     astride: usize,
     out: &mut [f32],
@@ -130,10 +153,10 @@ unsafe fn run<const M: usize>(
         // blocks; the prefetch window ends within a few lines of `next`'s (a hint never
         // faults).
         unsafe {
-            let xb = w.add(i * Q4_K_BYTES);
-            pack_scales8::<Q4K>(xb, ws, nr, pk);
+            let b = src.block::<Q4K>(i);
+            pack_scales8::<Q4K, S>(b, pk);
             let pf = (pf_at.wrapping_add(i * steps * per_step), per_step);
-            let isum = ints8::<M>(xb, ws, nr, pk, a.add(i * Q8_K_BYTES), astride, pf);
+            let isum = ints8::<M, S>(b, pk, a.add(i * Q8_K_BYTES), astride, pf);
             finish8::<Q4K, M>(pk, i, a, astride, &isum, &mut sumf);
         }
     }

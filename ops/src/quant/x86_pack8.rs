@@ -14,8 +14,8 @@
 //! step per super-block and token is the single-row kernel's (unfused, same order), so
 //! results are bitwise equal to `vec_dot`.
 
-use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
+use super::x86_rows8::{Rows8, Src8};
 use super::x86_tile::{ld, MAX_TILE};
 use std::arch::x86_64::*;
 
@@ -85,7 +85,7 @@ pub(super) unsafe fn raw8(xb: *const u8, ws: usize, nr: usize, off: usize) -> [_
 /// The 16 bytes at `x + r·ws` of the 8 rows as 4 vectors: lane r of `h[k]` = dword k of
 /// row r (rows past `nr` repeat row `nr − 1`).
 #[inline(always)]
-unsafe fn dwords8(x: *const u8, ws: usize, nr: usize) -> [__m256i; 4] {
+pub(super) unsafe fn dwords8(x: *const u8, ws: usize, nr: usize) -> [__m256i; 4] {
     // SAFETY (whole body): 16 readable bytes at each `x + r·ws`.
     unsafe {
         // (a macro, not a closure: a closure would not inherit the target features)
@@ -118,7 +118,7 @@ unsafe fn pair(v: __m256i) -> __m256i {
 
 /// f16 values at `x + r·ws + off` of the 8 rows as f32 lanes (F16C; exact).
 #[inline(always)]
-unsafe fn f16_lanes(x: *const u8, ws: usize, nr: usize, off: usize) -> __m256 {
+pub(super) unsafe fn f16_lanes(x: *const u8, ws: usize, nr: usize, off: usize) -> __m256 {
     let mut h = [0u16; 8];
     for (r, hr) in h.iter_mut().enumerate() {
         // SAFETY: the caller guarantees 2 readable bytes at each row's `off`.
@@ -128,14 +128,9 @@ unsafe fn f16_lanes(x: *const u8, ws: usize, nr: usize, off: usize) -> __m256 {
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)) }
 }
 
-/// Decodes super-block `i` of the 8 rows at `w` into `pk`.
+/// Decodes the super-block of the 8 rows at `s` into `pk`.
 #[inline(always)]
-unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &mut Packed8) {
-    let bb = match F {
-        Q6K => Q6_K_BYTES,
-        Q5K => Q5_K_BYTES,
-        _ => Q4_K_BYTES,
-    };
+unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
     let m4 = _mm256_set1_epi8(0x0f);
     // (macros, not closures: a closure would not inherit the target features)
     macro_rules! lo {
@@ -152,31 +147,32 @@ unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &
     // dmin, scales 12 B, qs 128 B @16), Q5_K (the same header, qh 32 B @16, qs @48),
     // Q6_K (ql 128 B @0, qh 64 B @128, scales 16 B @192, d @208).
     unsafe {
-        let xb = w.add(i * bb);
         if F == Q6K {
-            let m2 = _mm256_set1_epi8(3);
+            // bits 2k..2k+2 of each qh byte moved to bits 4..6 by one 16-bit shift (the
+            // bits it carries across a byte boundary are masked off)
+            let m30 = _mm256_set1_epi8(0x30);
             for half in 0..2 {
-                let q = [raw8(xb, ws, nr, 64 * half), raw8(xb, ws, nr, 64 * half + 32)];
-                let h = raw8(xb, ws, nr, 128 + 32 * half);
+                let q = [s.raw::<F>(64 * half), s.raw::<F>(64 * half + 32)];
+                let h = s.raw::<F>(128 + 32 * half);
                 for g in 0..8 {
                     let hb = [
-                        _mm256_and_si256(h[g], m2),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(h[g]), m2),
-                        _mm256_and_si256(_mm256_srli_epi16::<4>(h[g]), m2),
-                        _mm256_and_si256(_mm256_srli_epi16::<6>(h[g]), m2),
+                        _mm256_and_si256(_mm256_slli_epi16::<4>(h[g]), m30),
+                        _mm256_and_si256(_mm256_slli_epi16::<2>(h[g]), m30),
+                        _mm256_and_si256(h[g], m30),
+                        _mm256_and_si256(_mm256_srli_epi16::<2>(h[g]), m30),
                     ];
                     for k in 0..4 {
                         let l = if k < 2 { lo!(q[k % 2][g]) } else { hi!(q[k % 2][g]) };
-                        pk.w[8 * (4 * half + k) + g] = _mm256_or_si256(l, _mm256_slli_epi16::<4>(hb[k]));
+                        pk.w[8 * (4 * half + k) + g] = _mm256_or_si256(l, hb[k]);
                     }
                 }
             }
         } else {
             let qs_off = if F == Q5K { 48 } else { 16 };
-            let qh = if F == Q5K { raw8(xb, ws, nr, 16) } else { [_mm256_setzero_si256(); 8] };
+            let qh = if F == Q5K { s.raw::<F>(16) } else { [_mm256_setzero_si256(); 8] };
             let one = _mm256_set1_epi8(1);
             for c in 0..4 {
-                let q = raw8(xb, ws, nr, qs_off + 32 * c);
+                let q = s.raw::<F>(qs_off + 32 * c);
                 for g in 0..8 {
                     let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
                     if F == Q5K {
@@ -190,19 +186,19 @@ unsafe fn pack8<const F: u8>(w: *const u8, ws: usize, nr: usize, i: usize, pk: &
                 }
             }
         }
-        pack_scales8::<F>(xb, ws, nr, pk);
+        pack_scales8::<F, S>(s, pk);
     }
 }
 
-/// The scales, corrections and d / dmin of the super-block at `xb` of the 8 rows into
+/// The scales, corrections and d / dmin of the super-block of the 8 rows at `src` into
 /// `pk` (its elements untouched).
 #[inline(always)]
-pub(super) unsafe fn pack_scales8<const F: u8>(xb: *const u8, ws: usize, nr: usize, pk: &mut Packed8) {
-    // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at xb (Q4_K /
+pub(super) unsafe fn pack_scales8<const F: u8, S: Src8>(src: S, pk: &mut Packed8) {
+    // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at src (Q4_K /
     // Q5_K: d, dmin, scales 12 B @0; Q6_K: scales 16 B @192, d @208).
     unsafe {
         if F == Q6K {
-            let h = dwords8(xb.add(192), ws, nr);
+            let h = src.hdr::<F>(192);
             let mut s = [_mm256_setzero_si256(); 16];
             for (k, hk) in h.iter().enumerate() {
                 // byte b of the dword, sign-extended: scale 4k + b
@@ -218,11 +214,11 @@ pub(super) unsafe fn pack_scales8<const F: u8>(xb: *const u8, ws: usize, nr: usi
             for (o, v) in pk.sc.iter_mut().zip(s) {
                 *o = pair(v);
             }
-            pk.d = f16_lanes(xb, ws, nr, 208);
+            pk.d = src.halves::<F>(208);
             pk.dm = _mm256_setzero_ps();
         } else {
             // scales and mins: `x86_tile::scales_mins_k4`'s bit formulas across rows
-            let h = dwords8(xb, ws, nr);
+            let h = src.hdr::<F>(0);
             let (k1, k2, k3) = (_mm256_set1_epi32(0x3f3f_3f3f), _mm256_set1_epi32(0x0f0f_0f0f), _mm256_set1_epi32(0x0303_0303));
             let sc_lo = _mm256_and_si256(h[1], k1);
             let mn_lo = _mm256_and_si256(h[2], k1);
@@ -247,8 +243,8 @@ pub(super) unsafe fn pack_scales8<const F: u8>(xb: *const u8, ws: usize, nr: usi
                 pk.corr[s] = pair(byte!(mn_lo));
                 pk.corr[4 + s] = pair(byte!(mn_hi));
             }
-            pk.d = f16_lanes(xb, ws, nr, 0);
-            pk.dm = f16_lanes(xb, ws, nr, 2);
+            pk.d = src.halves::<F>(0);
+            pk.dm = src.halves::<F>(2);
         }
     }
 }
@@ -368,20 +364,21 @@ pub unsafe fn group8(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            Q6K => run::<Q6K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            Q5K => run::<Q5K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
-            _ => run::<Q4K>(nb, nr, w, ws, a, astride, m, out, ostride, sc, next),
+            Q6K => run::<Q6K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
+            Q5K => run::<Q5K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
+            _ => run::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
         }
     }
 }
 
+/// `group8` for format `F`, the rows' blocks from `src` (block 0; plain rows or the
+/// 8-row layout).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const F: u8>(
+pub(super) unsafe fn run<const F: u8, S: Src8>(
     nb: usize,
     nr: usize,
-    w: *const u8,
-    ws: usize,
+    src: S,
     a: *const u8,
     astride: usize,
     m: usize,
@@ -413,7 +410,7 @@ unsafe fn run<const F: u8>(
         for i in 0..nb {
             prefetch!(i);
             // SAFETY: the caller guarantees 8 rows of nb blocks at w.
-            unsafe { pack8::<F>(w, ws, nr, i, &mut sc.pks[i]) };
+            unsafe { pack8::<F, S>(src.block::<F>(i), &mut sc.pks[i]) };
         }
     }
     let mut t0 = 0;
@@ -429,7 +426,7 @@ unsafe fn run<const F: u8>(
                         prefetch!(i);
                         // SAFETY: as above; block i of every row and token exists.
                         unsafe {
-                            pack8::<F>(w, ws, nr, i, &mut sc.pks[0]);
+                            pack8::<F, S>(src.block::<F>(i), &mut sc.pks[0]);
                             dot8::<F, $mm>(&sc.pks[..1], i, at, astride, &mut o);
                         }
                     }
