@@ -178,7 +178,7 @@ fn block_tests_pass_with(var: &str) {
         .expect("run the test binary");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{var}: {text}{}", String::from_utf8_lossy(&out.stderr));
-    for t in ["block_matches_vec_dot_bitwise", "block_extremes_match_vec_dot_bitwise", "block_fused_shapes_match_vec_dot_bitwise"] {
+    for t in ["block_matches_vec_dot_bitwise", "block_extremes_match_vec_dot_bitwise", "block_fused_shapes_match_vec_dot_bitwise", "f32_block_matches_vec_dot_bitwise"] {
         assert!(text.contains(&format!("{t} ... ok")), "{var}: the child ran {t}: {text}");
     }
 }

@@ -31,6 +31,11 @@ pub fn vec_dot_block(
         unsafe { super::x86_f32::block(n, w, wstride, rows, a, astride, m, out, ostride) };
         return true;
     }
+    if w_ty == GgmlType::F32 && m > 1 && has_avx2() {
+        // SAFETY: AVX2 / FMA detected; the caller checked every row.
+        unsafe { super::x86_f32::block_avx2(n, w, wstride, rows, a, astride, m, out, ostride) };
+        return true;
+    }
     if w_ty == GgmlType::F32 && m == 1 && has_avx2() && knob(KNOB_F32_PREFETCH, 1) != 0 {
         // One token (a decode step's router): `vec_dot` row by row, as the generic loop,
         // with the row `PREFETCH_AHEAD` bytes on prefetched as the quantized rows are

@@ -12,6 +12,7 @@
 //! the same order, then `x86::dot_f32_tail` ends every pair: bitwise `dot_f32`.
 
 use super::x86::dot_f32_tail;
+// (`block_avx2` below: the same tiles on plain AVX2)
 use std::arch::x86_64::*;
 
 /// Rows and tokens of the register tile: 8 pairs × 2 accumulators + 8 weight vectors + 2
@@ -89,6 +90,70 @@ unsafe fn tile<const R: usize, const T: usize>(n: usize, w: [&[u8]; R], a: [&[u8
                 for r in 0..R {
                     acc[r][t][0] = _mm512_fmadd_ps(wv[r][0], x[0], acc[r][t][0]);
                     acc[r][t][1] = _mm512_fmadd_ps(wv[r][1], x[1], acc[r][t][1]);
+                }
+            }
+        }
+        i += 32;
+    }
+    acc
+}
+
+/// Rows of the AVX2 register tile (one token): 3 rows × 4 accumulators + the token's
+/// vector = 13 of the 16 ymm registers, the rows' vectors read as FMA operands.
+const ROWS_AVX2: usize = 3;
+
+/// [`block`] on plain AVX2: the same token blocks, a tile of `ROWS_AVX2` rows × one token
+/// (its rows stay in L1 while the block's tokens pass), each pair with `dot_f32`'s four
+/// 8-lane accumulators and the same FMA per element in the same order, then
+/// `dot_f32_tail`: bitwise `x86::dot_f32`. Measured (real-dims router 2048 × 256, 512
+/// tokens, `PN_NO_AVX512=1`, Intel Xeon 6/207, 2 threads, per call): see docs/perf.md
+/// "Session 23".
+///
+/// # Safety
+/// AVX2 + FMA available; as [`block`] otherwise.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn block_avx2(n: usize, w: &[u8], wstride: usize, rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+    let row = |r: usize| &w[r * wstride..r * wstride + 4 * n];
+    let tok = |j: usize| &a[j * astride..j * astride + 4 * n];
+    // SAFETY (whole body): AVX2 / FMA enabled; every row and token index below is within
+    // `rows` / `m` (whole rows by the contract), every output within `out`.
+    unsafe {
+        for j0 in (0..m).step_by(TOKEN_BLOCK) {
+            let j1 = (j0 + TOKEN_BLOCK).min(m);
+            let mut r0 = 0;
+            while r0 < rows {
+                let nr = if r0 + ROWS_AVX2 <= rows { ROWS_AVX2 } else { 1 };
+                for j in j0..j1 {
+                    if nr == ROWS_AVX2 {
+                        let acc = tile_avx2::<ROWS_AVX2>(n, std::array::from_fn(|r| row(r0 + r)), tok(j));
+                        for (r, acc) in acc.into_iter().enumerate() {
+                            out[(r0 + r) * ostride + j] = dot_f32_tail(acc, n / 32 * 32, n, row(r0 + r), tok(j));
+                        }
+                    } else {
+                        let [acc] = tile_avx2::<1>(n, [row(r0)], tok(j));
+                        out[r0 * ostride + j] = dot_f32_tail(acc, n / 32 * 32, n, row(r0), tok(j));
+                    }
+                }
+                r0 += nr;
+            }
+        }
+    }
+}
+
+/// The 32-element steps of `R` rows × one token: per row, `dot_f32`'s four accumulators.
+#[inline(always)]
+unsafe fn tile_avx2<const R: usize>(n: usize, w: [&[u8]; R], a: &[u8]) -> [[__m256; 4]; R] {
+    let mut acc = [[_mm256_setzero_ps(); 4]; R];
+    let (pw, pa) = (w.map(|r| r.as_ptr() as *const f32), a.as_ptr() as *const f32);
+    let mut i = 0;
+    while i + 32 <= n {
+        for k in 0..4 {
+            // SAFETY (this block): i + 8k + 8 <= n elements of every row and of the token.
+            unsafe {
+                let x = _mm256_loadu_ps(pa.add(i + 8 * k));
+                for r in 0..R {
+                    acc[r][k] = _mm256_fmadd_ps(_mm256_loadu_ps(pw[r].add(i + 8 * k)), x, acc[r][k]);
                 }
             }
         }
