@@ -77,8 +77,12 @@ pub(crate) fn with_xq<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
 }
 
 /// Largest scratch kept between calls (floats): bigger ones (a long prefill's logits)
-/// are freed after the call, so they do not add to the resident set for good.
-const TMP_KEEP: usize = 1 << 22;
+/// are freed after the call, so they do not add to the resident set for good. 8 M (32
+/// MB) keeps a 512-token pass's widest projection (8192 rows: 4.2 M floats); at 4 M that
+/// buffer was freed and faulted in again (zeroed pages) at every such call: full-dims
+/// pp512 median 219 → 244 tok/s (AVX-512 + AMX), 142 → 156 (AVX2), four rounds
+/// alternated, Intel Xeon 6/207 (docs/perf.md "Session 23").
+const TMP_KEEP: usize = 1 << 23;
 
 /// Runs `f` with the scratch float buffer.
 pub(crate) fn with_tmp<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
