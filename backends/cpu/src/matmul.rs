@@ -122,8 +122,12 @@ pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usi
     }
     // Compute [n][t] blocks (rows × tokens, tiled), then transpose into [t][n].
     with_tmp(|tmp| {
-    tmp.clear();
-    tmp.resize(n * t, 0.0);
+    // (grown only: every element of the first n·t is written below, so no zeroing
+    // pass over the block each call)
+    if tmp.len() < n * t {
+        tmp.resize(n * t, 0.0);
+    }
+    let tmp = &mut tmp[..n * t];
     let rbb = row_block_batch(w.ty);
     let block = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * rbb, ys.len() / t, xq, rb, t, ys, t);
     if n * t * work < par::SERIAL_WORK || par::outside_pool() {
