@@ -6,4 +6,4 @@
 # understates an AVX2-only comparison). full-dims q4_k_m, 2 threads, Intel Xeon 6/207.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PN_NO_AVX512=1 PN=target/release/pn IK_BENCH=$HOME/.cache/pn-oracle/ik-avx2/bin/llama-bench REPS=2 ROUNDS=${ROUNDS:-2} bench/compare.sh ${MODEL:-/tmp/fd.gguf} 2
+PN_NO_AVX512=1 PN=${PN:-target/release/pn} IK_BENCH=$HOME/.cache/pn-oracle/ik-avx2/bin/llama-bench REPS=2 ROUNDS=${ROUNDS:-2} bench/compare.sh ${MODEL:-/tmp/fd.gguf} 2
