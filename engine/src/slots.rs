@@ -159,18 +159,34 @@ impl Slots {
     /// slot's row (on the host a move; a device copies it into the row's own copies, in
     /// place: the row keeps its device addresses), where it stays until unbind.
     pub fn bind(&mut self, st: SeqState) -> Result<SlotHandle, SlotError> {
-        let slot = self.free_slot().ok_or(SlotError::Full { n: self.slots.len() })?;
-        self.bind_at(slot, st)
+        self.try_bind(st).map_err(|(e, _)| e)
     }
     /// Bind to slot `slot`, which must be free.
-    pub fn bind_at(&mut self, slot: usize, mut st: SeqState) -> Result<SlotHandle, SlotError> {
-        let n = self.slots.len();
-        let s = self.slots.get_mut(slot).ok_or(SlotError::OutOfRange { slot, n })?;
-        if s.binding != 0 {
-            return Err(SlotError::Occupied { slot });
+    pub fn bind_at(&mut self, slot: usize, st: SeqState) -> Result<SlotHandle, SlotError> {
+        self.try_bind_at(slot, st).map_err(|(e, _)| e)
+    }
+    /// [`Slots::bind`], handing the sequence back with the error when it cannot be bound
+    /// (no free slot, or its content could not move into the row): a prefilled sequence
+    /// is not lost, it can be bound again once a slot frees.
+    pub fn try_bind(&mut self, st: SeqState) -> Result<SlotHandle, (SlotError, SeqState)> {
+        match self.free_slot() {
+            Some(slot) => self.try_bind_at(slot, st),
+            None => Err((SlotError::Full { n: self.slots.len() }, st)),
         }
-        s.state.as_mut().expect("a free slot holds its row").take_content(&mut st, true).map_err(RunError::from)?;
-        Ok(self.new_binding(slot))
+    }
+    /// [`Slots::bind_at`], handing the sequence back with the error. After a failed move
+    /// its host layers hold what they held (a layer a device took in part holds what the
+    /// device left in it: its content on a real device).
+    pub fn try_bind_at(&mut self, slot: usize, mut st: SeqState) -> Result<SlotHandle, (SlotError, SeqState)> {
+        let n = self.slots.len();
+        let Some(s) = self.slots.get_mut(slot) else { return Err((SlotError::OutOfRange { slot, n }, st)) };
+        if s.binding != 0 {
+            return Err((SlotError::Occupied { slot }, st));
+        }
+        match s.state.as_mut().expect("a free slot holds its row").take_content(&mut st, true) {
+            Ok(()) => Ok(self.new_binding(slot)),
+            Err(e) => Err((RunError::from(e).into(), st)),
+        }
     }
     /// Marks `slot` bound under a new serial; its handle.
     fn new_binding(&mut self, slot: usize) -> SlotHandle {

@@ -1,6 +1,7 @@
 //! Slot table semantics: stale handles are errors (unbind, move, resize), move/compact
 //! keep every sequence's results bitwise, async begin/poll equals a synchronous step, and
-//! the memory ladder caps the slot count instead of running out of memory.
+//! the memory ladder caps the slot count instead of running out of memory; a refused
+//! sequence comes back whole.
 
 use pn_engine::async_step::Launch;
 use pn_engine::slots::slot_ladder;
@@ -45,6 +46,34 @@ fn stale_handles_are_errors() {
     assert!(slots.step(&r, &[(d, 7)]).is_ok());
     assert!(matches!(slots.bind_at(9, prefilled(&r, 1, 1)), Err(SlotError::OutOfRange { slot: 9, n: 4 })));
     assert!(matches!(slots.bind_at(0, prefilled(&r, 1, 1)), Err(SlotError::Occupied { slot: 0 })));
+}
+
+/// A sequence a full table (or a taken / missing slot) refuses comes back with the error,
+/// untouched: bound once a slot frees, it decodes exactly as if it had never been refused.
+#[test]
+fn a_refused_sequence_comes_back_whole() {
+    let r = runner("ktiny-q4_k_m.gguf", 2);
+    let want = {
+        let mut alone = Slots::new(1);
+        let h = alone.bind(prefilled(&r, 3, 5)).unwrap();
+        (alone.step(&r, &[(h, 7)]).unwrap(), alone.step(&r, &[(h, 8)]).unwrap())
+    };
+    let mut slots = Slots::new(2);
+    let a = slots.bind(prefilled(&r, 1, 3)).unwrap();
+    let b = slots.bind(prefilled(&r, 2, 4)).unwrap();
+    let (e, st) = slots.try_bind(prefilled(&r, 3, 5)).unwrap_err();
+    assert!(matches!(e, SlotError::Full { n: 2 }), "{e}");
+    assert_eq!(st.pos, 5, "the refused sequence keeps its position");
+    let (e, st) = slots.try_bind_at(1, st).unwrap_err();
+    assert!(matches!(e, SlotError::Occupied { slot: 1 }), "{e}");
+    let (e, st) = slots.try_bind_at(7, st).unwrap_err();
+    assert!(matches!(e, SlotError::OutOfRange { slot: 7, n: 2 }), "{e}");
+    slots.unbind(a).unwrap();
+    let c = slots.try_bind(st).map_err(|(e, _)| e).unwrap();
+    assert_eq!(c.slot(), 0);
+    let got = (slots.step(&r, &[(c, 7)]).unwrap(), slots.step(&r, &[(c, 8), (b, 9)]).unwrap());
+    assert_eq!(got.0, want.0);
+    assert_eq!(got.1.row(0), want.1.row(0), "the refused sequence decodes as if never refused");
 }
 
 #[test]

@@ -275,14 +275,16 @@ impl Engine {
                 return;
             }
         };
-        match self.slots.bind(task.st) {
+        match self.slots.try_bind(task.st) {
             Ok(h) => {
                 let l = Live { seq, h, next: step.token, finishing: None };
                 if let Some(l) = self.settle(l, step) {
                     self.live.push(l);
                 }
             }
-            Err(e) => {
+            Err((e, st)) => {
+                // its buffers serve the next request
+                self.spare.push(st);
                 let _ = seq.job.events.send(Event::Error(ApiError::internal(format!("binding a slot: {e}"))));
             }
         }
