@@ -12,7 +12,6 @@
 //! the same order, then `x86::dot_f32_tail` ends every pair: bitwise `dot_f32`.
 
 use super::x86::dot_f32_tail;
-// (`block_avx2` below: the same tiles on plain AVX2)
 use std::arch::x86_64::*;
 
 /// Rows and tokens of the register tile: 8 pairs × 2 accumulators + 8 weight vectors + 2

@@ -94,11 +94,8 @@ pub unsafe fn group8_fused(
     pk: &mut Packed8,
     next: Option<(*const u8, usize)>,
 ) {
-    debug_assert!((1..=MAX_FUSED).contains(&m));
-    // SAFETY (each arm): the caller's contract.
-    unsafe {
-        run_src(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, pk, next)
-    }
+    // SAFETY: the caller's contract.
+    unsafe { run_src(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, pk, next) }
 }
 
 /// `group8_fused` with the rows' blocks from `src` (block 0: plain rows or the 8-row

@@ -476,7 +476,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         let sc = &mut *sc.borrow_mut();
         // SAFETY: m activation rows of nb blocks (the caller's contract).
         unsafe { prepare(nb, a.as_ptr(), astride, m, sc, kind == Q8_0) };
-        super::x86_rows16::groups(w, rows, rb, |g, next| {
+        super::x86_rows16::groups::<16>(w, rows, rb, |g, next| {
             let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
             macro_rules! go {
                 ($f:expr) => {

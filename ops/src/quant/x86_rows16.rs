@@ -241,7 +241,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| {
         let (pk, p16, am) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut());
         let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
-        groups(w, rows, rb, |g, next| {
+        groups::<16>(w, rows, rb, |g, next| {
             let src = Pre { p: w[g * rb..].as_ptr() };
             let o = &mut out[g * ostride..];
             // `$f`: the format, `$d`: its dot formula (Q5_K dots as Q4_K)
@@ -283,15 +283,15 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
 /// group) rather than decoding its super-blocks once for all the tokens.
 const FUSED_UPTO: usize = super::x86_fused16::MAX_FUSED;
 
-/// `f(g, next)` for each 16-row group `g` of the `rows` rows of `w` (`rb` bytes a row),
-/// `next` the following group's bytes to prefetch meanwhile: past the last row too, where
-/// `w` goes on (the rest of the tensor: a decode step's matmul runs 16 rows a task, and
-/// the next task's rows are what the stream needs next).
+/// `f(g, next)` for each `G`-row group `g` of the `rows` rows of `w` (`rb` bytes a row;
+/// 16 here, 8 in `x86_rows8`), `next` the following group's bytes to prefetch meanwhile:
+/// past the last row too, where `w` goes on (the rest of the tensor: a decode step's
+/// matmul runs 16 rows a task, and the next task's rows are what the stream needs next).
 #[inline(always)]
-pub(super) fn groups(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*const u8, usize)>)) {
-    for g in (0..rows).step_by(16) {
-        let start = (g + 16) * rb;
-        let next = (start < w.len()).then(|| (w[start..].as_ptr(), (16 * rb).min(w.len() - start)));
+pub(super) fn groups<const G: usize>(w: &[u8], rows: usize, rb: usize, mut f: impl FnMut(usize, Option<(*const u8, usize)>)) {
+    for g in (0..rows).step_by(G) {
+        let start = (g + G) * rb;
+        let next = (start < w.len()).then(|| (w[start..].as_ptr(), (G * rb).min(w.len() - start)));
         f(g, next);
     }
 }

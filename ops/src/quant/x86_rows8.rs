@@ -230,19 +230,15 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     use super::{x86_fused8, x86_pack8};
     let nb = n / 256;
     let rb = nb * match kind {
-        Q6K => Q6_K_BYTES,
-        Q5K => Q5_K_BYTES,
-        _ => Q4_K_BYTES,
+        Q6K => block_bytes::<Q6K>(),
+        Q5K => block_bytes::<Q5K>(),
+        _ => block_bytes::<Q4K>(),
     };
     let ap = a.as_ptr();
     let in_regs = kind == Q4K && m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, x86_fused8::MAX_FUSED);
     SCALES8.with(|pk| PACKED8.with(|p8| {
         let (pk, p8) = (&mut *pk.borrow_mut(), &mut *p8.borrow_mut());
-        for g in (0..rows).step_by(8) {
-            // the next group's bytes, prefetched meanwhile (past the last group too: the
-            // rest of the tensor is what a decode step's stream reads next)
-            let start = (g + 8) * rb;
-            let next = (start < w.len()).then(|| (w[start..].as_ptr(), (8 * rb).min(w.len() - start)));
+        super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
             let src = Pre8 { p: w[g * rb..].as_ptr() };
             let o = &mut out[g * ostride..];
             // SAFETY: 8 rows of nb blocks at src and m tokens (the caller's contract).
@@ -257,6 +253,6 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                     }
                 }
             }
-        }
+        });
     }));
 }
