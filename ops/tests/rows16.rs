@@ -3,7 +3,7 @@
 //! number of tokens (the fused, packed and AMX paths),
 //! padded activation strides and row blocks; bad lengths give NaN, never a panic. On a
 //! machine with AVX-512 the tests run again in a child process with `PN_NO_AVX512=1`,
-//! where the copy is the AVX2 kernels' 8-row layout (Q4_K, Q5_K, Q6_K).
+//! where the copy is the AVX2 kernels' 8-row layout (Q4_K, Q5_K, Q6_K, Q8_0).
 
 mod quant_common;
 

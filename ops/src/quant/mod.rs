@@ -98,6 +98,8 @@ mod x86_pack_q8;
 mod x86_rows16;
 #[cfg(target_arch = "x86_64")]
 mod x86_rows8;
+#[cfg(target_arch = "x86_64")]
+mod x86_rows8_q8;
 pub mod rows16;
 
 /// F16 bits -> f32 with F16C when available (false: not done, use the scalar path).

@@ -5,15 +5,15 @@
 //! weight's (`WeightView::bytes`), this is a second copy (`WeightView::rows16`) whose dots
 //! are bitwise the plain rows' `vec_dot`. The same size as the plain bytes.
 //!
-//! On a CPU with AVX2 but not AVX-512 VNNI the copy (Q4_K, Q5_K and Q6_K only) is the
-//! 8-row layout of the AVX2 kernels instead (`x86_rows8`: each 16-row group as two 8-row
-//! groups): the same contract, the same size.
+//! On a CPU with AVX2 but not AVX-512 VNNI the copy (Q4_K, Q5_K, Q6_K and Q8_0 only) is
+//! the 8-row layout of the AVX2 kernels instead (`x86_rows8`, `x86_rows8_q8`: each 16-row
+//! group as two 8-row groups): the same contract, the same size.
 
 use crate::GgmlType;
 
 /// Whether a `[n, rows]` weight (or a stack of such matrices) of `ty` takes the
 /// `rows16` layout on this CPU: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, IQ4_NL or MXFP4,
-/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI — or Q4_K, Q5_K, Q6_K on
+/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI — or Q4_K, Q5_K, Q6_K, Q8_0 on
 /// plain AVX2 (the 8-row layout) — and `PN_NO_REPACK=1` not set.
 /// The loader makes the copy wherever it can: measured (`moe_bench matmul_few_tokens`,
 /// Intel Xeon 6/207, 2 threads, calls alternated, GB/s of weights plain → `rows16`): one
