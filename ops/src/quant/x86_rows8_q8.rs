@@ -53,15 +53,15 @@ pub(crate) fn repack(src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
 }
 
 /// 8 rows (one group of the layout at `p`, `nb` blocks) against `M` tokens of Q8_0
-/// activations at `a + j·astride`: `out[r·ostride + j]`; `pf` (pointer, bytes)
-/// prefetched meanwhile, a share per block.
+/// activations at `a + j·astride` (their block scales as f32 at `da[j·nb + i]`):
+/// `out[r·ostride + j]`; `pf` (pointer, bytes) prefetched meanwhile, a share per block.
 ///
 /// # Safety
 /// AVX2 + F16C enabled in the caller; `nb` laid-out blocks at `p`, `M` activation rows
-/// of `nb` blocks, `out` holds `7·ostride + M` floats.
+/// of `nb` blocks, `da` `M·nb` scales, `out` holds `7·ostride + M` floats.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
+unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); M];
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
@@ -93,7 +93,7 @@ unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: us
             }
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(b.add(256) as *const __m128i));
             for (j, (acc, s)) in acc.iter_mut().zip(sumi).enumerate() {
-                let da = _mm256_set1_ps(f16(a.add(j * astride + i * Q8_0_BYTES)));
+                let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da)));
             }
         }
@@ -120,15 +120,24 @@ unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: us
 pub(crate) unsafe fn block(nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
     let rb = nb * Q8_0_BYTES;
     let ap = a.as_ptr();
+    DA.with(|da| {
+    let da = &mut *da.borrow_mut();
+    // every token's block scales as f32, once per call (every row group reads them)
+    da.clear();
+    for j in 0..m {
+        // SAFETY: token j's nb blocks (the caller's contract).
+        da.extend((0..nb).map(|i| unsafe { f16(ap.add(j * astride + i * Q8_0_BYTES)) }));
+    }
     super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
         let p = w[g * rb..].as_ptr();
         let o = &mut out[g * ostride..];
         for t in (0..m).step_by(TOKENS) {
             let (at, o, pf) = (ap.wrapping_add(t * astride), &mut o[t..], if t == 0 { next } else { None });
+            let d = &da[t * nb..];
             macro_rules! go {
                 ($m:literal) => {
                     // SAFETY: the caller's contract, for tokens t..t + $m.
-                    unsafe { run::<$m>(nb, p, at, astride, o, ostride, pf) }
+                    unsafe { run::<$m>(nb, p, at, astride, d, o, ostride, pf) }
                 };
             }
             match m - t {
@@ -139,4 +148,10 @@ pub(crate) unsafe fn block(nb: usize, w: &[u8], rows: usize, a: &[u8], astride: 
             }
         }
     });
+    });
+}
+
+thread_local! {
+    /// `block`'s activation scales as f32 (`[m][nb]`).
+    static DA: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
