@@ -1,4 +1,4 @@
-//! 8-row packed kernels for Q4_K, Q5_K and Q6_K on plain AVX2 (no VNNI): the AVX2
+//! 8-row packed kernels for Q4_K, Q5_K, Q6_K and IQ4_XS on plain AVX2 (no VNNI): the AVX2
 //! counterpart of `x86_pack16`. Each super-block of 8 weight rows is decoded once into
 //! 256-bit vectors whose i32 lane r holds 4 elements of row r (one 8×8 dword transpose
 //! per 32 raw bytes), so a broadcast of 4 activation bytes and one `vpmaddubsw` give 32
@@ -10,7 +10,8 @@
 //! far as they cannot overflow with any weight and any Q8_K byte (|q| ≤ 128): Q4_K
 //! 8 groups (8·2·15·128 = 30720), Q5_K 4 groups (4·2·31·128 = 31744), Q6_K 2 groups
 //! (2·2·63·128 = 32256); then `vpmaddwd` with the i16 sub-block scale gives exact i32
-//! sums. Every super-block's integer sums are therefore the exact ones, and the float
+//! sums. IQ4_XS's table values are signed: `|w| · (a with w's sign)` per group, each
+//! pair at most 2·127·127 (the Q8_K bytes stay within ±127), scaled at once. Every super-block's integer sums are therefore the exact ones, and the float
 //! step per super-block and token is the single-row kernel's (unfused, same order), so
 //! results are bitwise equal to `vec_dot`.
 
@@ -19,19 +20,21 @@ use super::x86_rows8::{Rows8, Src8};
 use super::x86_tile::{ld, MAX_TILE};
 use std::arch::x86_64::*;
 
-/// The formats (`const F`): the K-quant's bit width.
+/// The formats (`const F`): the K-quant's bit width; IQ4_XS (`x86_pack16`'s code).
 pub const Q4K: u8 = 4;
 pub const Q5K: u8 = 5;
 pub const Q6K: u8 = 6;
+pub const IQ4XS: u8 = 44;
 
 /// One super-block of 8 rows, decoded (lane r = row r).
 #[derive(Clone, Copy)]
 #[repr(C, align(32))]
 pub struct Packed8 {
-    /// `w[8·cb + g]` = elements 32·cb + 4g .. +4 of each row, unsigned bytes.
+    /// `w[8·cb + g]` = elements 32·cb + 4g .. +4 of each row, unsigned bytes (IQ4_XS:
+    /// the signed table values).
     w: [__m256i; 64],
-    /// The sub-block scales as `(s, s)` i16 pairs (Q4_K/Q5_K: 8 of 32 elements, Q6_K: 16
-    /// of 16, signed).
+    /// The sub-block scales as `(s, s)` i16 pairs (Q4_K/Q5_K/IQ4_XS: 8 of 32 elements,
+    /// Q6_K: 16 of 16, signed).
     pub(super) sc: [__m256i; 16],
     /// i16 pairs multiplied with the bsum pairs: Q4_K/Q5_K `(m, m)` of each sub-block,
     /// Q6_K `(s_2p, s_2p+1)`.
@@ -147,7 +150,19 @@ unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
     // dmin, scales 12 B, qs 128 B @16), Q5_K (the same header, qh 32 B @16, qs @48),
     // Q6_K (ql 128 B @0, qh 64 B @128, scales 16 B @192, d @208).
     unsafe {
-        if F == Q6K {
+        if F == IQ4XS {
+            // chunk c (32 qs bytes @8) holds sub-blocks 2c (dwords 0..4) and 2c + 1:
+            // low nibbles elements 4g.., high ones 16 + 4g.., through the value table
+            let t = super::x86_tile::table16(&super::iq4::KVALUES_IQ4NL);
+            for c in 0..4 {
+                let q = s.raw::<F>(8 + 32 * c);
+                for g in 0..8 {
+                    let sb = 2 * c + g / 4;
+                    pk.w[8 * sb + g % 4] = _mm256_shuffle_epi8(t, lo!(q[g]));
+                    pk.w[8 * sb + 4 + g % 4] = _mm256_shuffle_epi8(t, hi!(q[g]));
+                }
+            }
+        } else if F == Q6K {
             // bits 2k..2k+2 of each qh byte moved to bits 4..6 by one 16-bit shift (the
             // bits it carries across a byte boundary are masked off)
             let m30 = _mm256_set1_epi8(0x30);
@@ -195,9 +210,21 @@ unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
 #[inline(always)]
 pub(super) unsafe fn pack_scales8<const F: u8, S: Src8>(src: S, pk: &mut Packed8) {
     // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at src (Q4_K /
-    // Q5_K: d, dmin, scales 12 B @0; Q6_K: scales 16 B @192, d @208).
+    // Q5_K: d, dmin, scales 12 B @0; Q6_K: scales 16 B @192, d @208; IQ4_XS: d,
+    // scales_h @2, scales_l 4 B @4).
     unsafe {
-        if F == Q6K {
+        if F == IQ4XS {
+            // ls = (4 bits of scales_l | 2 bits of scales_h << 4) − 32, per 32 elements
+            let h = src.hdr::<F>(0);
+            let (m4, m3, k32) = (_mm256_set1_epi32(15), _mm256_set1_epi32(3), _mm256_set1_epi32(32));
+            for ib in 0..8 {
+                let lo4 = _mm256_and_si256(_mm256_srl_epi32(h[1], _mm_cvtsi32_si128(4 * ib as i32)), m4);
+                let hi2 = _mm256_and_si256(_mm256_srl_epi32(h[0], _mm_cvtsi32_si128(16 + 2 * ib as i32)), m3);
+                pk.sc[ib] = pair(_mm256_sub_epi32(_mm256_or_si256(lo4, _mm256_slli_epi32::<4>(hi2)), k32));
+            }
+            pk.d = src.halves::<F>(0);
+            pk.dm = _mm256_setzero_ps();
+        } else if F == Q6K {
             let h = src.hdr::<F>(192);
             let mut s = [_mm256_setzero_si256(); 16];
             for (k, hk) in h.iter().enumerate() {
@@ -269,6 +296,28 @@ unsafe fn dot8<const F: u8, const M: usize>(pks: &[Packed8], i0: usize, a: *cons
     for (ii, pk) in pks.iter().enumerate() {
         let i = i0 + ii;
         let mut isum = [_mm256_setzero_si256(); M];
+        if F == IQ4XS {
+            // signed weights: |w| · (a with w's sign) (pairs ≤ 2·127·127: Q8_K bytes
+            // are within ±127), each group's i16 pairs scaled at once
+            for s in 0..8 {
+                let scv = pk.sc[s];
+                for g in 0..8 {
+                    let w = pk.w[8 * s + g];
+                    let aw = _mm256_sign_epi8(w, w);
+                    for (j, is) in isum.iter_mut().enumerate() {
+                        // SAFETY: token j's block i is Q8_K_BYTES at y (the caller's contract).
+                        unsafe {
+                            let y = a.add(j * astride + i * Q8_K_BYTES + Q8_K_QS + 32 * s + 4 * g);
+                            let p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(bcast4(y), w));
+                            *is = _mm256_add_epi32(*is, _mm256_madd_epi16(p, scv));
+                        }
+                    }
+                }
+            }
+            // SAFETY: token j's block i exists (the caller's contract).
+            unsafe { finish8::<F, M>(pk, i, a, astride, &isum, sumf) };
+            continue;
+        }
         for s in 0..ns {
             let scv = pk.sc[s];
             for (j, is) in isum.iter_mut().enumerate() {
@@ -312,6 +361,12 @@ pub(super) unsafe fn finish8<const F: u8, const M: usize>(
         // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
         unsafe {
             let y = a.add(j * astride + i * Q8_K_BYTES);
+            if F == IQ4XS {
+                // (dw·yd)·is: no mins
+                let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
+                *sf = _mm256_add_ps(*sf, _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(isum[j])));
+                continue;
+            }
             let mut c = _mm256_setzero_si256();
             for p in 0..8 {
                 c = _mm256_add_epi32(c, _mm256_madd_epi16(pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p))));
@@ -366,6 +421,7 @@ pub unsafe fn group8(
         match kind {
             Q6K => run::<Q6K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
             Q5K => run::<Q5K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
+            IQ4XS => run::<IQ4XS, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
             _ => run::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
         }
     }

@@ -17,7 +17,8 @@
 //! group is two 8-row groups, one after the other.
 
 use super::k_quants::{Q4_K_BYTES, Q5_K_BYTES, Q6_K_BYTES};
-use super::x86_pack8::{dwords8, f16_lanes, raw8, Q4K, Q5K, Q6K};
+use super::iq4::IQ4_XS_BYTES;
+use super::x86_pack8::{dwords8, f16_lanes, raw8, IQ4XS, Q4K, Q5K, Q6K};
 use super::x86_tile::ld;
 use std::arch::x86_64::*;
 
@@ -39,6 +40,7 @@ pub(crate) const fn block_bytes<const F: u8>() -> usize {
     match F {
         Q6K => Q6_K_BYTES,
         Q5K => Q5_K_BYTES,
+        IQ4XS => IQ4_XS_BYTES,
         _ => Q4_K_BYTES,
     }
 }
@@ -84,7 +86,17 @@ pub(crate) struct Pre8 {
 const fn raw_at<const F: u8>(off: usize) -> usize {
     match F {
         Q6K => 8 * (off / 32),
+        IQ4XS => 2 + 8 * ((off - 8) / 32),
         _ => 4 + 8 * ((off - 16) / 32),
+    }
+}
+
+/// Header vectors the layout stores (`dwords8`'s first ones): IQ4_XS's header is 8 bytes.
+const fn hdr_count<const F: u8>() -> usize {
+    if F == IQ4XS {
+        2
+    } else {
+        4
     }
 }
 
@@ -103,6 +115,7 @@ fn raw_offsets<const F: u8>() -> impl Iterator<Item = usize> {
     let (n, first) = match F {
         Q6K => (6, 0),
         Q5K => (5, 16),
+        IQ4XS => (4, 8),
         _ => (4, 16),
     };
     (0..n).map(move |c| first + 32 * c)
@@ -130,7 +143,8 @@ impl Src8 for Pre8 {
     }
     #[inline(always)]
     unsafe fn hdr<const F: u8>(self, _off: usize) -> [__m256i; 4] {
-        // SAFETY: as above.
+        // SAFETY: as above (IQ4_XS stores 2 header vectors: the other two read are its
+        // first element vectors, unused).
         unsafe { std::array::from_fn(|k| ld(self.p.add(32 * (hdr_at::<F>() + k)))) }
     }
     #[inline(always)]
@@ -172,7 +186,7 @@ unsafe fn repack<const F: u8>(src: &[u8], dst: &mut [u8], rows: usize, nb: usize
                     }
                 }
                 let hoff = if F == Q6K { 192 } else { 0 };
-                for (k, x) in s.hdr::<F>(hoff).iter().enumerate() {
+                for (k, x) in s.hdr::<F>(hoff).iter().enumerate().take(hdr_count::<F>()) {
                     _mm256_storeu_si256(out.add(32 * (hdr_at::<F>() + k)) as *mut __m256i, *x);
                 }
                 if F == Q6K {
@@ -192,6 +206,7 @@ pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
         crate::GgmlType::Q4K => Some(Q4K),
         crate::GgmlType::Q5K => Some(Q5K),
         crate::GgmlType::Q6K => Some(Q6K),
+        crate::GgmlType::IQ4XS => Some(IQ4XS),
         crate::GgmlType::Q8_0 => Some(super::x86_rows8_q8::Q8_0),
         _ => None,
     }
@@ -208,6 +223,7 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
         match kind {
             Q6K => repack::<Q6K>(src, dst, rows, nb),
             Q5K => repack::<Q5K>(src, dst, rows, nb),
+            IQ4XS => repack::<IQ4XS>(src, dst, rows, nb),
             _ => repack::<Q4K>(src, dst, rows, nb),
         }
     }
@@ -241,6 +257,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     let rb = nb * match kind {
         Q6K => block_bytes::<Q6K>(),
         Q5K => block_bytes::<Q5K>(),
+        IQ4XS => block_bytes::<IQ4XS>(),
         _ => block_bytes::<Q4K>(),
     };
     let ap = a.as_ptr();
@@ -258,6 +275,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                     match kind {
                         Q6K => x86_pack8::run::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
                         Q5K => x86_pack8::run::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
+                        IQ4XS => x86_pack8::run::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
                         _ => x86_pack8::run::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
                     }
                 }
