@@ -3,7 +3,7 @@
 //! number of tokens (the fused, packed and AMX paths),
 //! padded activation strides and row blocks; bad lengths give NaN, never a panic. On a
 //! machine with AVX-512 the tests run again in a child process with `PN_NO_AVX512=1`,
-//! where the copy is the AVX2 kernels' 8-row layout (Q4_K, Q5_K, Q6_K, Q8_0).
+//! where the copy is the AVX2 kernels' 8-row layout (every format above).
 
 mod quant_common;
 
@@ -87,13 +87,49 @@ fn the_avx2_layout_passes_the_same_tests() {
     let exe = std::env::current_exe().expect("the test binary");
     let out = std::process::Command::new(exe)
         .env("PN_NO_AVX512", "1")
-        .args(["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false", "--test-threads", "1"])
+        .args(["repacked_dots_are_bitwise_vec_dot", "mxfp4_every_scale_exponent", "bad_lengths_give_nan_or_false", "--test-threads", "1"])
         .output()
         .expect("run the test binary");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    for t in ["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false"] {
+    for t in ["repacked_dots_are_bitwise_vec_dot", "mxfp4_every_scale_exponent", "bad_lengths_give_nan_or_false"] {
         assert!(text.contains(&format!("{t} ... ok")), "the child ran {t}: {text}");
+    }
+}
+
+/// MXFP4's e8m0 scales, every exponent 0..=160 (the small ones take the subnormal-half
+/// branch of `e8m0_to_f32_half`, which random scale bytes seldom hit; rows 0..8 only
+/// exponents 0..6, so their sums are made of those), bitwise `vec_dot` through the layout
+/// at 1, 3 and 8 tokens.
+#[test]
+fn mxfp4_every_scale_exponent() {
+    let ty = GgmlType::MXFP4;
+    let (nb, rows) = (161usize, 16usize);
+    let n = 32 * nb;
+    if !rows16::available(ty, n, rows) {
+        return;
+    }
+    let mut rng = Rng(0x6e8_30);
+    let rb = ty.row_bytes(n).unwrap();
+    let mut w = weights(&mut rng, ty, n, rows);
+    for r in 0..rows {
+        for i in 0..nb {
+            w[r * rb + i * ty.type_size()] = if r < 8 { (i + r) % 7 } else { (i + 7 * r) % nb } as u8;
+        }
+    }
+    let mut p = vec![0u8; w.len()];
+    assert!(rows16::repack(ty, n, rows, &w, &mut p));
+    let ab = vec_dot_type(ty).row_bytes(n).unwrap();
+    for m in [1usize, 3, 8] {
+        let a = acts(&mut rng, ty, n, m, ab);
+        let mut out = vec![f32::NAN; rows * m];
+        rows16::vec_dot_block(ty, n, &p, rows, &a, ab, m, &mut out, m);
+        for r in 0..rows {
+            for j in 0..m {
+                let want = vec_dot(ty, n, &w[r * rb..], &a[j * ab..]);
+                assert_eq!(out[r * m + j].to_bits(), want.to_bits(), "row {r} token {j}");
+            }
+        }
     }
 }
 

@@ -188,8 +188,8 @@ fn matmul_few_tokens() {
     // the types `TYPES` names (e.g. `TYPES=IQ4_XS,Q4_K`)
     if let Some((k, n)) = std::env::var("KN").ok().and_then(|v| v.split_once(',').and_then(|(k, n)| Some((k.parse().ok()?, n.parse().ok()?)))) {
         let types = std::env::var("TYPES").unwrap_or_else(|_| "Q4_K,Q6_K".into());
-        let all = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS, GgmlType::Q8_0, GgmlType::F32];
-        shapes = types.split(',').map(|t| (*all.iter().find(|ty| ty.to_string() == t).expect("TYPES: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0 or F32"), k, n)).collect();
+        let all = [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K, GgmlType::IQ4XS, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::IQ4NL, GgmlType::F32];
+        shapes = types.split(',').map(|t| (*all.iter().find(|ty| ty.to_string() == t).expect("TYPES: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, IQ4_NL or F32"), k, n)).collect();
     }
     let only = std::env::var("SHAPES").ok();
     for (si, (ty, k, n)) in shapes.into_iter().enumerate() {

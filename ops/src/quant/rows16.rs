@@ -5,7 +5,7 @@
 //! weight's (`WeightView::bytes`), this is a second copy (`WeightView::rows16`) whose dots
 //! are bitwise the plain rows' `vec_dot`. The same size as the plain bytes.
 //!
-//! On a CPU with AVX2 but not AVX-512 VNNI the copy (Q4_K, Q5_K, Q6_K and Q8_0 only) is
+//! On a CPU with AVX2 but not AVX-512 VNNI the copy (every format above) is
 //! the 8-row layout of the AVX2 kernels instead (`x86_rows8`, `x86_rows8_q8`: each 16-row
 //! group as two 8-row groups): the same contract, the same size.
 
@@ -13,8 +13,8 @@ use crate::GgmlType;
 
 /// Whether a `[n, rows]` weight (or a stack of such matrices) of `ty` takes the
 /// `rows16` layout on this CPU: Q4_K, Q5_K, Q6_K, IQ4_XS, Q8_0, Q4_0, IQ4_NL or MXFP4,
-/// whole blocks, rows in whole 16-row groups, AVX-512 VNNI — or Q4_K, Q5_K, Q6_K, Q8_0 on
-/// plain AVX2 (the 8-row layout) — and `PN_NO_REPACK=1` not set.
+/// whole blocks, rows in whole 16-row groups, on AVX-512 VNNI or (the 8-row layout) on
+/// plain AVX2, and `PN_NO_REPACK=1` not set.
 /// The loader makes the copy wherever it can: measured (`moe_bench matmul_few_tokens`,
 /// Intel Xeon 6/207, 2 threads, calls alternated, GB/s of weights plain → `rows16`): one
 /// token Q4_K 2048×4096 14.7 → 25.7, Q6_K 2048×8192 18.0 → 20.6; 2 tokens 15.4 → 20.3 /

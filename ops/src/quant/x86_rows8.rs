@@ -1,6 +1,6 @@
 //! The 8-row interleaved layout of Q4_K / Q5_K / Q6_K weights for plain AVX2 (no
-//! AVX-512 VNNI), and its dot kernels: the AVX2 counterpart of `x86_rows16` (Q8_0's
-//! layout and kernel: `x86_rows8_q8`).
+//! AVX-512 VNNI), and its dot kernels: the AVX2 counterpart of `x86_rows16` (Q8_0's,
+//! Q4_0's, IQ4_NL's and MXFP4's layout and kernel: `x86_rows8_q8`).
 //!
 //! `x86_pack8` and `x86_fused8` read 8 rows' raw bytes 32 at a time and transpose them
 //! (`raw8`: lane r = dword g of row r), the headers 16 bytes at a time (`dwords8`), and
@@ -207,15 +207,14 @@ pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
         crate::GgmlType::Q5K => Some(Q5K),
         crate::GgmlType::Q6K => Some(Q6K),
         crate::GgmlType::IQ4XS => Some(IQ4XS),
-        crate::GgmlType::Q8_0 => Some(super::x86_rows8_q8::Q8_0),
-        _ => None,
+        t => super::x86_rows8_q8::kind(t),
     }
 }
 
 /// `src` (`rows` rows of `nb` blocks of `kind`) into the layout at `dst`.
 pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
-    if kind == super::x86_rows8_q8::Q8_0 {
-        return super::x86_rows8_q8::repack(src, dst, rows, nb);
+    if super::x86_rows8_q8::kind_is(kind) {
+        return super::x86_rows8_q8::repack(kind, src, dst, rows, nb);
     }
     // SAFETY: AVX2 / F16C detected by the caller (`rows16::available`); the lengths are
     // rows · nb · block bytes (checked by `rows16::repack`).
@@ -249,9 +248,9 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
     use super::x86_block::{PACKED8, SCALES8};
     use super::{x86_fused8, x86_pack8, x86_rows8_q8};
-    if kind == x86_rows8_q8::Q8_0 {
-        // SAFETY: the caller's contract (Q8_0: 32-element blocks).
-        return unsafe { x86_rows8_q8::block(n / 32, w, rows, a, astride, m, out, ostride) };
+    if x86_rows8_q8::kind_is(kind) {
+        // SAFETY: the caller's contract (32-element blocks).
+        return unsafe { x86_rows8_q8::block(kind, n / 32, w, rows, a, astride, m, out, ostride) };
     }
     let nb = n / 256;
     let rb = nb * match kind {

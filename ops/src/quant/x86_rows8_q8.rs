@@ -1,30 +1,60 @@
-//! The 8-row interleaved layout of Q8_0 weights for plain AVX2 (no AVX-512 VNNI), and
-//! its dot kernel: the AVX2 counterpart of `x86_pack_q8`'s `rows16` Q8_0 path.
+//! The 8-row interleaved layout of the 32-element formats paired with Q8_0 activations
+//! (Q8_0, Q4_0, IQ4_NL, MXFP4) for plain AVX2 (no AVX-512 VNNI), and its dot kernel: the
+//! AVX2 counterpart of `x86_pack_q8`'s `rows16` path.
 //!
 //! From plain rows every 32-weight block of every row needs its own horizontal sum per
 //! token (`x86_tile::tile_32`); here each ymm lane is a row, so a block's 8 rows sum in
 //! their lanes and one float step per block and token serves all 8.
 //!
-//! Layout, per 8-row group and block (the 8 plain blocks' 272 bytes, reordered): 8
-//! vectors of 32 bytes, vector l lane r = bytes 4l..4l+4 of row r's 32 quants; then the
-//! 8 rows' f16 scales. Same size as the plain rows.
+//! Layout, per 8-row group and block (the 8 plain blocks' bytes, reordered): the quants
+//! as vectors of 32 bytes, vector l lane r = quant bytes 4l..4l+4 of row r (Q8_0: 8
+//! vectors; the 4-bit formats: 4, low nibbles elements 4l.., high ones 16 + 4l..); then
+//! the 8 rows' scales (f16; MXFP4: e8m0 bytes). Same size as the plain rows.
 //!
-//! Products (no VNNI): `maddubs(|w|, sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included),
-//! the activations' |a| ≤ 127 (Q8_0 scales by amax / 127), so a pair of products never
+//! Products (no VNNI), on the signed weight values (Q4_0: nibble − 8; IQ4_NL / MXFP4:
+//! their tables): `maddubs(|w|, sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included), the
+//! activations' |a| ≤ 127 (Q8_0 scales by amax / 127), so a pair of products never
 //! saturates i16 (≤ 2·128·127) — then `madd` by ones into i32 lanes. Per block the exact
 //! integer `sumi` of each row, then `sumf += sumi as f32 · (d_w · d_a)` in block order:
-//! the contract of `x86_tile::tile_32` and the scalar dot, so every result is bitwise
+//! the contract of `x86_tile::tile_32` and the scalar dots, so every result is bitwise
 //! `vec_dot`'s.
 
+use super::iq4::KVALUES_IQ4NL;
+use super::mxfp4::KVALUES_MXFP4;
 use super::q8::Q8_0_BYTES;
-use super::x86_tile::{f16, ld};
+use super::x86_tile::{f16, ld, table16};
 use std::arch::x86_64::*;
 
-/// The layout's kind in `x86_rows8` (distinct from `x86_pack8`'s K-quant kinds).
+/// The layout's kinds in `x86_rows8` (distinct from `x86_pack8`'s K-quant kinds).
 pub(crate) const Q8_0: u8 = 80;
+pub(crate) const Q4_0: u8 = 81;
+pub(crate) const IQ4NL: u8 = 82;
+pub(crate) const MXFP4: u8 = 83;
 
-/// Bytes of one block of 8 rows.
-const GROUP_BLOCK: usize = 8 * Q8_0_BYTES;
+/// The layout's kind of a weight format, if it has one.
+pub(crate) fn kind(ty: crate::GgmlType) -> Option<u8> {
+    match ty {
+        crate::GgmlType::Q8_0 => Some(Q8_0),
+        crate::GgmlType::Q4_0 => Some(Q4_0),
+        crate::GgmlType::IQ4NL => Some(IQ4NL),
+        crate::GgmlType::MXFP4 => Some(MXFP4),
+        _ => None,
+    }
+}
+
+/// Whether `kind` is one of this module's.
+pub(crate) fn kind_is(kind: u8) -> bool {
+    matches!(kind, Q8_0 | Q4_0 | IQ4NL | MXFP4)
+}
+
+/// One plain block of format `F`: its bytes, and where its quants start (after the scale).
+const fn format<const F: u8>() -> (usize, usize) {
+    match F {
+        Q8_0 => (Q8_0_BYTES, 2),
+        MXFP4 => (super::mxfp4::MXFP4_BYTES, 1),
+        _ => (super::legacy::Q4_0_BYTES, 2),
+    }
+}
 
 /// Tokens a kernel pass takes (their float and integer accumulators in registers).
 /// Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`, Xeon 6/207, 2 threads,
@@ -32,23 +62,80 @@ const GROUP_BLOCK: usize = 8 * Q8_0_BYTES;
 /// tokens 1.95 / 1.67 / 1.61 / 2.23, at 256 31.4 / 27.0 / 26.2 / 37.1 (8 spills).
 const TOKENS: usize = 4;
 
-/// `rows` (a multiple of 8) plain Q8_0 rows of `nb` blocks at `src` into the layout at
-/// `dst` (the same length). The caller checked the lengths.
-pub(crate) fn repack(src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
-    let ws = nb * Q8_0_BYTES;
+/// `rows` (a multiple of 8) plain rows of `nb` blocks of format `F` at `src` into the
+/// layout at `dst` (the same length). The caller checked the lengths.
+fn repack_f<const F: u8>(src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
+    let (bb, q0) = format::<F>();
+    let (ws, nq) = (nb * bb, bb - q0);
     let mut o = 0;
     for g in (0..rows).step_by(8) {
         for i in 0..nb {
-            let out = &mut dst[o..o + GROUP_BLOCK];
+            let out = &mut dst[o..o + 8 * bb];
             for r in 0..8 {
-                let b = &src[(g + r) * ws + i * Q8_0_BYTES..][..Q8_0_BYTES];
-                for l in 0..8 {
-                    out[32 * l + 4 * r..32 * l + 4 * r + 4].copy_from_slice(&b[2 + 4 * l..6 + 4 * l]);
+                let b = &src[(g + r) * ws + i * bb..][..bb];
+                for l in 0..nq / 4 {
+                    out[32 * l + 4 * r..32 * l + 4 * r + 4].copy_from_slice(&b[q0 + 4 * l..q0 + 4 * l + 4]);
                 }
-                out[256 + 2 * r..258 + 2 * r].copy_from_slice(&b[..2]);
+                out[8 * nq + q0 * r..8 * nq + q0 * (r + 1)].copy_from_slice(&b[..q0]);
             }
-            o += GROUP_BLOCK;
+            o += 8 * bb;
         }
+    }
+}
+
+/// `src` (`rows` rows of `nb` blocks of `kind`) into the layout at `dst`.
+pub(crate) fn repack(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
+    match kind {
+        Q4_0 => repack_f::<Q4_0>(src, dst, rows, nb),
+        IQ4NL => repack_f::<IQ4NL>(src, dst, rows, nb),
+        MXFP4 => repack_f::<MXFP4>(src, dst, rows, nb),
+        _ => repack_f::<Q8_0>(src, dst, rows, nb),
+    }
+}
+
+/// The 8 rows' scales of the laid-out block at `b` as f32 lanes (`tile_32`'s `dw`;
+/// MXFP4's `e8m0_to_f32_half`: e < 2 → 0x200000 << e, else (e − 1) << 23, as bits).
+#[inline(always)]
+unsafe fn scales<const F: u8>(b: *const u8) -> __m256 {
+    let (bb, q0) = format::<F>();
+    // SAFETY (whole body): a whole laid-out block at b: the scales after 8·(bb − q0) bytes.
+    unsafe {
+        let at = b.add(8 * (bb - q0));
+        if F == MXFP4 {
+            let e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(at as *const __m128i));
+            let small = _mm256_cmpgt_epi32(_mm256_set1_epi32(2), e);
+            let big = _mm256_slli_epi32::<23>(_mm256_sub_epi32(e, _mm256_set1_epi32(1)));
+            let sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x0020_0000), e);
+            _mm256_castsi256_ps(_mm256_blendv_epi8(big, sub, small))
+        } else {
+            _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i))
+        }
+    }
+}
+
+/// Signed weight values of laid-out block `b`, elements 16h + 4l .. +4 of each row
+/// (lane r), l = 0..4.
+#[inline(always)]
+unsafe fn values<const F: u8>(b: *const u8, h: usize) -> [__m256i; 4] {
+    // SAFETY (whole body): a whole laid-out block at b.
+    unsafe {
+        if F == Q8_0 {
+            return [ld(b.add(32 * (4 * h))), ld(b.add(32 * (4 * h + 1))), ld(b.add(32 * (4 * h + 2))), ld(b.add(32 * (4 * h + 3)))];
+        }
+        let m4 = _mm256_set1_epi8(0x0f);
+        // (a macro, not a closure: a closure would not inherit the target features)
+        macro_rules! v {
+            ($l:expr) => {{
+                let x = ld(b.add(32 * $l));
+                let n = if h == 0 { _mm256_and_si256(x, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(x), m4) };
+                match F {
+                    Q4_0 => _mm256_sub_epi8(n, _mm256_set1_epi8(8)),
+                    IQ4NL => _mm256_shuffle_epi8(table16(&KVALUES_IQ4NL), n),
+                    _ => _mm256_shuffle_epi8(table16(&KVALUES_MXFP4), n),
+                }
+            }};
+        }
+        [v!(0), v!(1), v!(2), v!(3)]
     }
 }
 
@@ -61,23 +148,20 @@ pub(crate) fn repack(src: &[u8], dst: &mut [u8], rows: usize, nb: usize) {
 /// of `nb` blocks, `da` `M·nb` scales, `out` holds `7·ostride + M` floats.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
+unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); M];
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
         for i in 0..nb {
             super::x86_pack_q8::prefetch_share(pf, nb, i);
-            let b = p.add(i * GROUP_BLOCK);
+            let b = p.add(i * 8 * format::<F>().0);
             let mut sumi = [_mm256_setzero_si256(); M];
             // the block's 8 weight vectors in two halves of 4 (with their magnitudes: 8
             // registers), each half against every token's 16 activation bytes
             // (macros, not closures: a closure would not inherit the target features)
             for h in 0..2 {
-                let q0 = ld(b.add(32 * (4 * h)));
-                let q1 = ld(b.add(32 * (4 * h + 1)));
-                let q2 = ld(b.add(32 * (4 * h + 2)));
-                let q3 = ld(b.add(32 * (4 * h + 3)));
+                let [q0, q1, q2, q3] = values::<F>(b, h);
                 let (a0, a1, a2, a3) = (_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(q1, q1), _mm256_sign_epi8(q2, q2), _mm256_sign_epi8(q3, q3));
                 for (j, s) in sumi.iter_mut().enumerate() {
                     let y = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.add(j * astride + i * Q8_0_BYTES + 2 + 16 * h) as *const __m128i));
@@ -91,7 +175,7 @@ unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: us
                     *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(b.add(256) as *const __m128i));
+            let dw = scales::<F>(b);
             for (j, (acc, s)) in acc.iter_mut().zip(sumi).enumerate() {
                 let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da)));
@@ -107,8 +191,9 @@ unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: us
     }
 }
 
-/// `out[r·ostride + j]` = row r · token j for the `rows` rows of `w` (the layout, `rows` a
-/// multiple of 8, `nb` blocks a row) and `m` tokens of Q8_0 activations at `a + j·astride`:
+/// `out[r·ostride + j]` = row r · token j for the `rows` rows of `w` (the layout of
+/// `kind`, `rows` a multiple of 8, `nb` blocks a row) and `m` tokens of Q8_0 activations
+/// at `a + j·astride`:
 /// each 8-row group against `TOKENS` tokens at a time (the group's bytes stay in L1/L2
 /// between passes), the next group prefetched during the first pass.
 ///
@@ -117,8 +202,12 @@ unsafe fn run<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: us
 /// tokens, `out` `(rows − 1)·ostride + m` floats (checked by `quant::rows16`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn block(nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
-    let rb = nb * Q8_0_BYTES;
+pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+    let rb = nb * match kind {
+        Q8_0 => format::<Q8_0>().0,
+        MXFP4 => format::<MXFP4>().0,
+        _ => format::<Q4_0>().0,
+    };
     let ap = a.as_ptr();
     DA.with(|da| {
     let da = &mut *da.borrow_mut();
@@ -135,16 +224,26 @@ pub(crate) unsafe fn block(nb: usize, w: &[u8], rows: usize, a: &[u8], astride: 
             let (at, o, pf) = (ap.wrapping_add(t * astride), &mut o[t..], if t == 0 { next } else { None });
             let d = &da[t * nb..];
             macro_rules! go {
-                ($m:literal) => {
+                ($f:expr, $m:literal) => {
                     // SAFETY: the caller's contract, for tokens t..t + $m.
-                    unsafe { run::<$m>(nb, p, at, astride, d, o, ostride, pf) }
+                    unsafe { run::<{ $f }, $m>(nb, p, at, astride, d, o, ostride, pf) }
                 };
             }
-            match m - t {
-                1 => go!(1),
-                2 => go!(2),
-                3 => go!(3),
-                _ => go!(4),
+            macro_rules! by_m {
+                ($f:expr) => {
+                    match m - t {
+                        1 => go!($f, 1),
+                        2 => go!($f, 2),
+                        3 => go!($f, 3),
+                        _ => go!($f, 4),
+                    }
+                };
+            }
+            match kind {
+                Q4_0 => by_m!(Q4_0),
+                IQ4NL => by_m!(IQ4NL),
+                MXFP4 => by_m!(MXFP4),
+                _ => by_m!(Q8_0),
             }
         }
     });
