@@ -50,7 +50,7 @@ fn repacked_dots_are_bitwise_vec_dot() {
             sorted.1.sort_unstable();
             assert_eq!(sorted.0, sorted.1, "{ty}: the same bytes in another order");
             let ab = vec_dot_type(ty).row_bytes(n).unwrap();
-            for m in [1usize, 2, 3, 4, 5, 8, 9, 16, 17, 25, 40, 130, 141, 160] {
+            for m in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 23, 25, 40, 130, 141, 160] {
                 let stride = if m % 2 == 0 { ab } else { ab + 12 };
                 let a = acts(&mut rng, ty, n, m, stride);
                 // all rows, then a block of 16 rows starting at row 16

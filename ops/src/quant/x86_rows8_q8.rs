@@ -56,11 +56,13 @@ const fn format<const F: u8>() -> (usize, usize) {
     }
 }
 
-/// Tokens a kernel pass takes (their float and integer accumulators in registers).
-/// Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`, Xeon 6/207, 2 threads,
-/// Q8_0 2048×4096, tile sizes alternated, best ms) 2 / 4 / 6 / 8 tokens a pass: at 16
-/// tokens 1.95 / 1.67 / 1.61 / 2.23, at 256 31.4 / 27.0 / 26.2 / 37.1 (8 spills).
-const TOKENS: usize = 4;
+/// Tokens a kernel pass takes. Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`,
+/// Xeon 6/207, 2 threads, Q8_0 2048×4096, tile sizes alternated, best ms) 4 / 6 / 8 tokens
+/// a pass: at 16 tokens 1.42 / 1.35 / 1.32, at 256 23.2 / 21.9 / 21.3 (with every token's
+/// integers of a block live at once, 8 spilled and ran slowest: 2.23 / 37.1 against 4's
+/// 1.67 / 27.0; now only the first half's are kept: 8 against that form's 4, two builds
+/// alternated, at 256 tokens 17.2–17.4 vs 18.8–19.4 ms).
+const TOKENS: usize = 8;
 
 /// `rows` (a multiple of 8) plain rows of `nb` blocks of format `F` at `src` into the
 /// layout at `dst` (the same length). The caller checked the lengths.
@@ -156,27 +158,37 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
         for i in 0..nb {
             super::x86_pack_q8::prefetch_share(pf, nb, i);
             let b = p.add(i * 8 * format::<F>().0);
-            let mut sumi = [_mm256_setzero_si256(); M];
             // the block's 8 weight vectors in two halves of 4 (with their magnitudes: 8
-            // registers), each half against every token's 16 activation bytes
+            // registers), each half against every token's 16 activation bytes: the first
+            // half's integers kept per token, the second half's added and the float step
+            // taken right away (one token's integers live at a time)
             // (macros, not closures: a closure would not inherit the target features)
-            for h in 0..2 {
-                let [q0, q1, q2, q3] = values::<F>(b, h);
-                let (a0, a1, a2, a3) = (_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(q1, q1), _mm256_sign_epi8(q2, q2), _mm256_sign_epi8(q3, q3));
-                for (j, s) in sumi.iter_mut().enumerate() {
-                    let y = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.add(j * astride + i * Q8_0_BYTES + 2 + 16 * h) as *const __m128i));
+            macro_rules! half {
+                ($h:expr, $j:expr, $q0:expr, $q1:expr, $q2:expr, $q3:expr, $a0:expr, $a1:expr, $a2:expr, $a3:expr) => {{
+                    let y = _mm256_broadcastsi128_si256(_mm_loadu_si128(a.add($j * astride + i * Q8_0_BYTES + 2 + 16 * $h) as *const __m128i));
                     macro_rules! dot {
                         ($imm:literal, $aq:expr, $q:expr) => {
                             _mm256_madd_epi16(ones, _mm256_maddubs_epi16($aq, _mm256_sign_epi8(_mm256_shuffle_epi32::<$imm>(y), $q)))
                         };
                     }
-                    let (p0, p1) = (dot!(0x00, a0, q0), dot!(0x55, a1, q1));
-                    let (p2, p3) = (dot!(0xaa, a2, q2), dot!(0xff, a3, q3));
-                    *s = _mm256_add_epi32(*s, _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3)));
+                    let (p0, p1) = (dot!(0x00, $a0, $q0), dot!(0x55, $a1, $q1));
+                    let (p2, p3) = (dot!(0xaa, $a2, $q2), dot!(0xff, $a3, $q3));
+                    _mm256_add_epi32(_mm256_add_epi32(p0, p1), _mm256_add_epi32(p2, p3))
+                }};
+            }
+            let mut first = [_mm256_setzero_si256(); M];
+            {
+                let [q0, q1, q2, q3] = values::<F>(b, 0);
+                let (a0, a1, a2, a3) = (_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(q1, q1), _mm256_sign_epi8(q2, q2), _mm256_sign_epi8(q3, q3));
+                for (j, f) in first.iter_mut().enumerate() {
+                    *f = half!(0, j, q0, q1, q2, q3, a0, a1, a2, a3);
                 }
             }
             let dw = scales::<F>(b);
-            for (j, (acc, s)) in acc.iter_mut().zip(sumi).enumerate() {
+            let [q0, q1, q2, q3] = values::<F>(b, 1);
+            let (a0, a1, a2, a3) = (_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(q1, q1), _mm256_sign_epi8(q2, q2), _mm256_sign_epi8(q3, q3));
+            for (j, (acc, f)) in acc.iter_mut().zip(first).enumerate() {
+                let s = _mm256_add_epi32(f, half!(1, j, q0, q1, q2, q3, a0, a1, a2, a3));
                 let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
                 *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da)));
             }
@@ -229,21 +241,39 @@ pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8],
                     unsafe { run::<{ $f }, $m>(nb, p, at, astride, d, o, ostride, pf) }
                 };
             }
-            macro_rules! by_m {
-                ($f:expr) => {
-                    match m - t {
-                        1 => go!($f, 1),
-                        2 => go!($f, 2),
-                        3 => go!($f, 3),
-                        _ => go!($f, 4),
-                    }
-                };
-            }
             match kind {
-                Q4_0 => by_m!(Q4_0),
-                IQ4NL => by_m!(IQ4NL),
-                MXFP4 => by_m!(MXFP4),
-                _ => by_m!(Q8_0),
+                Q4_0 => {
+                    macro_rules! g {
+                        ($m:literal) => {
+                            go!(Q4_0, $m)
+                        };
+                    }
+                    tokens_upto8!(m - t, g)
+                }
+                IQ4NL => {
+                    macro_rules! g {
+                        ($m:literal) => {
+                            go!(IQ4NL, $m)
+                        };
+                    }
+                    tokens_upto8!(m - t, g)
+                }
+                MXFP4 => {
+                    macro_rules! g {
+                        ($m:literal) => {
+                            go!(MXFP4, $m)
+                        };
+                    }
+                    tokens_upto8!(m - t, g)
+                }
+                _ => {
+                    macro_rules! g {
+                        ($m:literal) => {
+                            go!(Q8_0, $m)
+                        };
+                    }
+                    tokens_upto8!(m - t, g)
+                }
             }
         }
     });
