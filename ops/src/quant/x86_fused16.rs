@@ -90,7 +90,8 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
             for p in 0..4 {
                 prefetch_step(pf, p);
                 let v = src.raw::<F>(8 + 32 * p);
-                let (mut a0, mut a1) = ([z; M], [z; M]);
+                // low and high nibbles in separate chains (half the `vpdpbusd` depth)
+                let (mut a0, mut a1, mut b0, mut b1) = ([z; M], [z; M], [z; M], [z; M]);
                 for g in 0..4 {
                     // (a macro: a closure would not inherit the target features)
                     macro_rules! code {
@@ -104,14 +105,14 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                     let x3 = code!(_mm512_and_si512(_mm512_srli_epi16::<4>(v[4 + g]), m4));
                     for j in 0..M {
                         a0[j] = _mm512_dpbusd_epi32(a0[j], x0, act!(j, 16 * p + g));
-                        a0[j] = _mm512_dpbusd_epi32(a0[j], x1, act!(j, 16 * p + 4 + g));
+                        b0[j] = _mm512_dpbusd_epi32(b0[j], x1, act!(j, 16 * p + 4 + g));
                         a1[j] = _mm512_dpbusd_epi32(a1[j], x2, act!(j, 16 * p + 8 + g));
-                        a1[j] = _mm512_dpbusd_epi32(a1[j], x3, act!(j, 16 * p + 12 + g));
+                        b1[j] = _mm512_dpbusd_epi32(b1[j], x3, act!(j, 16 * p + 12 + g));
                     }
                 }
                 for (j, is) in isum.iter_mut().enumerate() {
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(a0[j], pk.sc[2 * p]));
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(a1[j], pk.sc[2 * p + 1]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(a0[j], b0[j]), pk.sc[2 * p]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(a1[j], b1[j]), pk.sc[2 * p + 1]));
                 }
             }
         } else {
@@ -122,7 +123,10 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
             for c in 0..4 {
                 prefetch_step(pf, c);
                 let q = src.raw::<F>(qs_off + 32 * c);
+                // two chains per accumulator (even / odd groups): half the dependency
+                // depth of the `vpdpbusd`s; exact integer sums, any order
                 let (mut al, mut ah) = ([z; M], [z; M]);
+                let (mut bl, mut bh) = ([z; M], [z; M]);
                 for g in 0..8 {
                     let mut l = _mm512_and_si512(q[g], m4);
                     let mut h = _mm512_and_si512(_mm512_srli_epi16::<4>(q[g]), m4);
@@ -133,13 +137,18 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                         h = _mm512_or_si512(h, _mm512_slli_epi16::<4>(bh));
                     }
                     for j in 0..M {
-                        al[j] = _mm512_dpbusd_epi32(al[j], l, act!(j, 8 * (2 * c) + g));
-                        ah[j] = _mm512_dpbusd_epi32(ah[j], h, act!(j, 8 * (2 * c + 1) + g));
+                        if g % 2 == 0 {
+                            al[j] = _mm512_dpbusd_epi32(al[j], l, act!(j, 8 * (2 * c) + g));
+                            ah[j] = _mm512_dpbusd_epi32(ah[j], h, act!(j, 8 * (2 * c + 1) + g));
+                        } else {
+                            bl[j] = _mm512_dpbusd_epi32(bl[j], l, act!(j, 8 * (2 * c) + g));
+                            bh[j] = _mm512_dpbusd_epi32(bh[j], h, act!(j, 8 * (2 * c + 1) + g));
+                        }
                     }
                 }
                 for (j, is) in isum.iter_mut().enumerate() {
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(al[j], pk.sc[2 * c]));
-                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(ah[j], pk.sc[2 * c + 1]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(al[j], bl[j]), pk.sc[2 * c]));
+                    *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(ah[j], bh[j]), pk.sc[2 * c + 1]));
                 }
             }
         }
