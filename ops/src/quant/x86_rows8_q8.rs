@@ -203,11 +203,37 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
     }
 }
 
+/// The rows of `w` (the layout of format `F`, `nb` blocks a row) against `m` tokens of
+/// Q8_0 activations at `a + j·astride`, their scales `da` (`[m][nb]`): each 8-row group
+/// against `TOKENS` tokens at a time (the group's bytes stay in L1/L2 between passes),
+/// the next group prefetched during the first pass.
+///
+/// # Safety
+/// AVX2 + FMA + F16C available; as [`block`]. (A function of its own with the target
+/// features, not `inline(always)`: its closure takes them from here.)
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, astride: usize, da: &[f32], m: usize, out: &mut [f32], ostride: usize) {
+    let rb = nb * format::<F>().0;
+    super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
+        let p = w[g * rb..].as_ptr();
+        let o = &mut out[g * ostride..];
+        for t in (0..m).step_by(TOKENS) {
+            let (at, o, pf, d) = (a.wrapping_add(t * astride), &mut o[t..], if t == 0 { next } else { None }, &da[t * nb..]);
+            macro_rules! go {
+                ($m:literal) => {
+                    // SAFETY: the caller's contract, for tokens t..t + $m.
+                    unsafe { run::<F, $m>(nb, p, at, astride, d, o, ostride, pf) }
+                };
+            }
+            tokens_upto8!(m - t, go)
+        }
+    });
+}
+
 /// `out[r·ostride + j]` = row r · token j for the `rows` rows of `w` (the layout of
 /// `kind`, `rows` a multiple of 8, `nb` blocks a row) and `m` tokens of Q8_0 activations
-/// at `a + j·astride`:
-/// each 8-row group against `TOKENS` tokens at a time (the group's bytes stay in L1/L2
-/// between passes), the next group prefetched during the first pass.
+/// at `a + j·astride`.
 ///
 /// # Safety
 /// AVX2 + FMA + F16C available; `w` holds `rows` laid-out rows of `nb` blocks, `a` `m`
@@ -215,68 +241,24 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
-    let rb = nb * match kind {
-        Q8_0 => format::<Q8_0>().0,
-        MXFP4 => format::<MXFP4>().0,
-        _ => format::<Q4_0>().0,
-    };
     let ap = a.as_ptr();
     DA.with(|da| {
-    let da = &mut *da.borrow_mut();
-    // every token's block scales as f32, once per call (every row group reads them)
-    da.clear();
-    for j in 0..m {
-        // SAFETY: token j's nb blocks (the caller's contract).
-        da.extend((0..nb).map(|i| unsafe { f16(ap.add(j * astride + i * Q8_0_BYTES)) }));
-    }
-    super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
-        let p = w[g * rb..].as_ptr();
-        let o = &mut out[g * ostride..];
-        for t in (0..m).step_by(TOKENS) {
-            let (at, o, pf) = (ap.wrapping_add(t * astride), &mut o[t..], if t == 0 { next } else { None });
-            let d = &da[t * nb..];
-            macro_rules! go {
-                ($f:expr, $m:literal) => {
-                    // SAFETY: the caller's contract, for tokens t..t + $m.
-                    unsafe { run::<{ $f }, $m>(nb, p, at, astride, d, o, ostride, pf) }
-                };
-            }
+        let da = &mut *da.borrow_mut();
+        // every token's block scales as f32, once per call (every row group reads them)
+        da.clear();
+        for j in 0..m {
+            // SAFETY: token j's nb blocks (the caller's contract).
+            da.extend((0..nb).map(|i| unsafe { f16(ap.add(j * astride + i * Q8_0_BYTES)) }));
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
             match kind {
-                Q4_0 => {
-                    macro_rules! g {
-                        ($m:literal) => {
-                            go!(Q4_0, $m)
-                        };
-                    }
-                    tokens_upto8!(m - t, g)
-                }
-                IQ4NL => {
-                    macro_rules! g {
-                        ($m:literal) => {
-                            go!(IQ4NL, $m)
-                        };
-                    }
-                    tokens_upto8!(m - t, g)
-                }
-                MXFP4 => {
-                    macro_rules! g {
-                        ($m:literal) => {
-                            go!(MXFP4, $m)
-                        };
-                    }
-                    tokens_upto8!(m - t, g)
-                }
-                _ => {
-                    macro_rules! g {
-                        ($m:literal) => {
-                            go!(Q8_0, $m)
-                        };
-                    }
-                    tokens_upto8!(m - t, g)
-                }
+                Q4_0 => groups::<Q4_0>(nb, w, rows, ap, astride, da, m, out, ostride),
+                IQ4NL => groups::<IQ4NL>(nb, w, rows, ap, astride, da, m, out, ostride),
+                MXFP4 => groups::<MXFP4>(nb, w, rows, ap, astride, da, m, out, ostride),
+                _ => groups::<Q8_0>(nb, w, rows, ap, astride, da, m, out, ostride),
             }
         }
-    });
     });
 }
 
