@@ -11,8 +11,8 @@
 //! vectors; the 4-bit formats: 4, low nibbles elements 4l.., high ones 16 + 4l..); then
 //! the 8 rows' scales (f16; MXFP4: e8m0 bytes). Same size as the plain rows.
 //!
-//! Products (no VNNI), on the signed weight values (Q4_0: nibble − 8; IQ4_NL / MXFP4:
-//! their tables): `maddubs(|w|, sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included), the
+//! Products (no VNNI; Q4_0 takes its unsigned nibbles instead, `run_q4`), on the signed
+//! weight values (IQ4_NL / MXFP4: their tables): `maddubs(|w|, sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included), the
 //! activations' |a| ≤ 127 (Q8_0 scales by amax / 127), so a pair of products never
 //! saturates i16 (≤ 2·128·127) — then `madd` by ones into i32 lanes. Per block the exact
 //! integer `sumi` of each row, then `sumf += sumi as f32 · (d_w · d_a)` in block order:
@@ -203,8 +203,60 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
     }
 }
 
+/// [`run`] for Q4_0, on its unsigned nibbles: `maddubs(q, a)` (q ≤ 15, so a pair is at
+/// most 2·15·127 and a block's 8 groups sum in i16: ≤ 30480), one `madd` per block and
+/// token, then `− 8·Σa` (`corr[j·nb + i]`) gives the exact integer of `(q − 8) · a`: half
+/// the vector operations of the signed path. Same float step.
+///
+/// # Safety
+/// As [`run`]; `corr` holds `M·nb` corrections.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], corr: &[i32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
+    use super::x86_pack8::bcast4;
+    let (ones, m4) = (_mm256_set1_epi16(1), _mm256_set1_epi8(0x0f));
+    let mut acc = [_mm256_setzero_ps(); M];
+    // SAFETY (whole body): the caller's contract; a prefetch never faults.
+    unsafe {
+        for i in 0..nb {
+            super::x86_pack_q8::prefetch_share(pf, nb, i);
+            let b = p.add(i * 8 * format::<Q4_0>().0);
+            // elements 4l.. (low nibbles) and 16 + 4l.. (high) of each row
+            // (no closures: a closure would not inherit the target features)
+            let (mut lo, mut hi) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
+            for l in 0..4 {
+                let x = ld(b.add(32 * l));
+                lo[l] = _mm256_and_si256(x, m4);
+                hi[l] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m4);
+            }
+            let dw = scales::<Q4_0>(b);
+            for (j, acc) in acc.iter_mut().enumerate() {
+                let y = a.add(j * astride + i * Q8_0_BYTES + 2);
+                let mut s = _mm256_maddubs_epi16(lo[0], bcast4(y));
+                for l in 1..4 {
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[l], bcast4(y.add(4 * l))));
+                }
+                for l in 0..4 {
+                    s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[l], bcast4(y.add(16 + 4 * l))));
+                }
+                let sumi = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(*corr.get_unchecked(j * nb + i)));
+                let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
+                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, da)));
+            }
+        }
+        for (j, v) in acc.iter().enumerate() {
+            let mut l = [0f32; 8];
+            _mm256_storeu_ps(l.as_mut_ptr(), *v);
+            for (r, &x) in l.iter().enumerate() {
+                out[r * ostride + j] = x;
+            }
+        }
+    }
+}
+
 /// The rows of `w` (the layout of format `F`, `nb` blocks a row) against `m` tokens of
-/// Q8_0 activations at `a + j·astride`, their scales `da` (`[m][nb]`): each 8-row group
+/// Q8_0 activations at `a + j·astride`, their scales `da` (`[m][nb]`; Q4_0: and `8·Σa`
+/// per block, `corr`): each 8-row group
 /// against `TOKENS` tokens at a time (the group's bytes stay in L1/L2 between passes),
 /// the next group prefetched during the first pass.
 ///
@@ -213,7 +265,7 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
 /// features, not `inline(always)`: its closure takes them from here.)
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, astride: usize, da: &[f32], m: usize, out: &mut [f32], ostride: usize) {
+unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, astride: usize, da: &[f32], corr: &[i32], m: usize, out: &mut [f32], ostride: usize) {
     let rb = nb * format::<F>().0;
     super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
         let p = w[g * rb..].as_ptr();
@@ -223,7 +275,13 @@ unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, as
             macro_rules! go {
                 ($m:literal) => {
                     // SAFETY: the caller's contract, for tokens t..t + $m.
-                    unsafe { run::<F, $m>(nb, p, at, astride, d, o, ostride, pf) }
+                    unsafe {
+                        if F == Q4_0 {
+                            run_q4::<$m>(nb, p, at, astride, d, &corr[t * nb..], o, ostride, pf)
+                        } else {
+                            run::<F, $m>(nb, p, at, astride, d, o, ostride, pf)
+                        }
+                    }
                 };
             }
             tokens_upto8!(m - t, go)
@@ -242,27 +300,32 @@ unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, as
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
     let ap = a.as_ptr();
-    DA.with(|da| {
-        let da = &mut *da.borrow_mut();
-        // every token's block scales as f32, once per call (every row group reads them)
+    PREP.with(|prep| {
+        let (da, corr) = &mut *prep.borrow_mut();
+        // every token's block scales as f32 (and Q4_0's 8·Σa), once per call: every row
+        // group reads them
         da.clear();
+        corr.clear();
         for j in 0..m {
             // SAFETY: token j's nb blocks (the caller's contract).
             da.extend((0..nb).map(|i| unsafe { f16(ap.add(j * astride + i * Q8_0_BYTES)) }));
+            if kind == Q4_0 {
+                corr.extend((0..nb).map(|i| 8 * a[j * astride + i * Q8_0_BYTES + 2..][..32].iter().map(|&q| q as i8 as i32).sum::<i32>()));
+            }
         }
         // SAFETY: the caller's contract.
         unsafe {
             match kind {
-                Q4_0 => groups::<Q4_0>(nb, w, rows, ap, astride, da, m, out, ostride),
-                IQ4NL => groups::<IQ4NL>(nb, w, rows, ap, astride, da, m, out, ostride),
-                MXFP4 => groups::<MXFP4>(nb, w, rows, ap, astride, da, m, out, ostride),
-                _ => groups::<Q8_0>(nb, w, rows, ap, astride, da, m, out, ostride),
+                Q4_0 => groups::<Q4_0>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
+                IQ4NL => groups::<IQ4NL>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
+                MXFP4 => groups::<MXFP4>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
+                _ => groups::<Q8_0>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
             }
         }
     });
 }
 
 thread_local! {
-    /// `block`'s activation scales as f32 (`[m][nb]`).
-    static DA: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// `block`'s activation scales as f32 and Q4_0's corrections (each `[m][nb]`).
+    static PREP: std::cell::RefCell<(Vec<f32>, Vec<i32>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
