@@ -141,6 +141,26 @@ unsafe fn values<const F: u8>(b: *const u8, h: usize) -> [__m256i; 4] {
     }
 }
 
+/// The float step of a block for one token: `acc += sumi · (d_w · d_a)` per row lane,
+/// unfused (`tile_32`'s order).
+#[inline(always)]
+unsafe fn step(acc: &mut __m256, sumi: __m256i, dw: __m256, da: f32) {
+    *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, _mm256_set1_ps(da))));
+}
+
+/// `out[r·ostride + j]` = lane r of `acc[j]`.
+#[inline(always)]
+unsafe fn store<const M: usize>(acc: &[__m256; M], out: &mut [f32], ostride: usize) {
+    for (j, v) in acc.iter().enumerate() {
+        let mut l = [0f32; 8];
+        // SAFETY: 8 writable floats.
+        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *v) };
+        for (r, &x) in l.iter().enumerate() {
+            out[r * ostride + j] = x;
+        }
+    }
+}
+
 /// 8 rows (one group of the layout at `p`, `nb` blocks) against `M` tokens of Q8_0
 /// activations at `a + j·astride` (their block scales as f32 at `da[j·nb + i]`):
 /// `out[r·ostride + j]`; `pf` (pointer, bytes) prefetched meanwhile, a share per block.
@@ -188,18 +208,10 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
             let [q0, q1, q2, q3] = values::<F>(b, 1);
             let (a0, a1, a2, a3) = (_mm256_sign_epi8(q0, q0), _mm256_sign_epi8(q1, q1), _mm256_sign_epi8(q2, q2), _mm256_sign_epi8(q3, q3));
             for (j, (acc, f)) in acc.iter_mut().zip(first).enumerate() {
-                let s = _mm256_add_epi32(f, half!(1, j, q0, q1, q2, q3, a0, a1, a2, a3));
-                let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, da)));
+                step(acc, _mm256_add_epi32(f, half!(1, j, q0, q1, q2, q3, a0, a1, a2, a3)), dw, *da.get_unchecked(j * nb + i));
             }
         }
-        for (j, v) in acc.iter().enumerate() {
-            let mut l = [0f32; 8];
-            _mm256_storeu_ps(l.as_mut_ptr(), *v);
-            for (r, &x) in l.iter().enumerate() {
-                out[r * ostride + j] = x;
-            }
-        }
+        store(&acc, out, ostride);
     }
 }
 
@@ -240,17 +252,10 @@ unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride:
                     s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[l], bcast4(y.add(16 + 4 * l))));
                 }
                 let sumi = _mm256_sub_epi32(_mm256_madd_epi16(s, ones), _mm256_set1_epi32(*corr.get_unchecked(j * nb + i)));
-                let da = _mm256_set1_ps(*da.get_unchecked(j * nb + i));
-                *acc = _mm256_add_ps(*acc, _mm256_mul_ps(_mm256_cvtepi32_ps(sumi), _mm256_mul_ps(dw, da)));
+                step(acc, sumi, dw, *da.get_unchecked(j * nb + i));
             }
         }
-        for (j, v) in acc.iter().enumerate() {
-            let mut l = [0f32; 8];
-            _mm256_storeu_ps(l.as_mut_ptr(), *v);
-            for (r, &x) in l.iter().enumerate() {
-                out[r * ostride + j] = x;
-            }
-        }
+        store(&acc, out, ostride);
     }
 }
 
