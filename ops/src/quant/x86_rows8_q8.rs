@@ -52,6 +52,7 @@ const fn format<const F: u8>() -> (usize, usize) {
     match F {
         Q8_0 => (Q8_0_BYTES, 2),
         MXFP4 => (super::mxfp4::MXFP4_BYTES, 1),
+        // Q4_0 and IQ4_NL: f16 d, 16 nibble bytes
         _ => (super::legacy::Q4_0_BYTES, 2),
     }
 }
