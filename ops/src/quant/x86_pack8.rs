@@ -11,9 +11,10 @@
 //! 8 groups (8·2·15·128 = 30720), Q5_K 4 groups (4·2·31·128 = 31744), Q6_K 2 groups
 //! (2·2·63·128 = 32256); then `vpmaddwd` with the i16 sub-block scale gives exact i32
 //! sums. IQ4_XS's table values are signed: `|w| · (a with w's sign)` per group, each
-//! pair at most 2·127·127 (the Q8_K bytes stay within ±127), scaled at once. Every super-block's integer sums are therefore the exact ones, and the float
-//! step per super-block and token is the single-row kernel's (unfused, same order), so
-//! results are bitwise equal to `vec_dot`.
+//! pair at most 2·127·127 (the Q8_K bytes stay within ±127), scaled at once. Every
+//! super-block's integer sums are therefore the exact ones, and the float step per
+//! super-block and token is the single-row kernel's (unfused, same order), so results
+//! are bitwise equal to `vec_dot`.
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
 use super::x86_rows8::{Rows8, Src8};
@@ -276,6 +277,21 @@ pub(super) unsafe fn pack_scales8<const F: u8, S: Src8>(src: S, pk: &mut Packed8
     }
 }
 
+/// `out[r·ostride + col]` = lane r of `v` for r < `nr` (`x86_pack16::store_rows` on 8
+/// lanes).
+///
+/// # Safety
+/// AVX enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn store_rows8(v: __m256, nr: usize, out: &mut [f32], ostride: usize, col: usize) {
+    let mut l = [0f32; 8];
+    // SAFETY: 8 writable floats; AVX enabled in every caller.
+    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
+    for (r, &x) in l.iter().enumerate().take(nr) {
+        out[r * ostride + col] = x;
+    }
+}
+
 #[inline(always)]
 pub(super) unsafe fn bcast4(p: *const u8) -> __m256i {
     // SAFETY: the caller guarantees 4 readable bytes at `p`.
@@ -491,12 +507,8 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
                     unsafe { dot8::<F, $mm>(&sc.pks, 0, at, astride, &mut o) };
                 }
                 for (j, v) in o.iter().enumerate() {
-                    let mut l = [0f32; 8];
-                    // SAFETY: 8 writable floats.
-                    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *v) };
-                    for (r, &x) in l.iter().enumerate().take(nr) {
-                        out[r * ostride + t0 + j] = x;
-                    }
+                    // SAFETY: AVX2 enabled in every caller.
+                    unsafe { store_rows8(*v, nr, out, ostride, t0 + j) };
                 }
             }};
         }

@@ -11,10 +11,11 @@
 //! vectors; the 4-bit formats: 4, low nibbles elements 4l.., high ones 16 + 4l..); then
 //! the 8 rows' scales (f16; MXFP4: e8m0 bytes). Same size as the plain rows.
 //!
-//! Products (no VNNI; Q4_0 takes its unsigned nibbles instead, `run_q4`), on the signed
-//! weight values (IQ4_NL / MXFP4: their tables): `maddubs(|w|, sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included), the
-//! activations' |a| ≤ 127 (Q8_0 scales by amax / 127), so a pair of products never
-//! saturates i16 (≤ 2·128·127) — then `madd` by ones into i32 lanes. Per block the exact
+//! Products (no VNNI) on the signed weight values (Q8_0's bytes; IQ4_NL / MXFP4 through
+//! their tables; Q4_0 takes its unsigned nibbles instead, `run_q4`): `maddubs(|w|,
+//! sign(a, w))` — `|w|` ≤ 128 as u8 (−128 included), the activations' |a| ≤ 127 (Q8_0
+//! scales by amax / 127), so a pair of products never saturates i16 (≤ 2·128·127) — then
+//! `madd` by ones into i32 lanes. Per block the exact
 //! integer `sumi` of each row, then `sumf += sumi as f32 · (d_w · d_a)` in block order:
 //! the contract of `x86_tile::tile_32` and the scalar dots, so every result is bitwise
 //! `vec_dot`'s.
@@ -117,7 +118,7 @@ unsafe fn scales<const F: u8>(b: *const u8) -> __m256 {
 }
 
 /// Signed weight values of laid-out block `b`, elements 16h + 4l .. +4 of each row
-/// (lane r), l = 0..4.
+/// (lane r), l = 0..4 (Q8_0, IQ4_NL, MXFP4; Q4_0 runs `run_q4` on its nibbles).
 #[inline(always)]
 unsafe fn values<const F: u8>(b: *const u8, h: usize) -> [__m256i; 4] {
     // SAFETY (whole body): a whole laid-out block at b.
@@ -132,9 +133,9 @@ unsafe fn values<const F: u8>(b: *const u8, h: usize) -> [__m256i; 4] {
                 let x = ld(b.add(32 * $l));
                 let n = if h == 0 { _mm256_and_si256(x, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(x), m4) };
                 match F {
-                    Q4_0 => _mm256_sub_epi8(n, _mm256_set1_epi8(8)),
                     IQ4NL => _mm256_shuffle_epi8(table16(&KVALUES_IQ4NL), n),
-                    _ => _mm256_shuffle_epi8(table16(&KVALUES_MXFP4), n),
+                    MXFP4 => _mm256_shuffle_epi8(table16(&KVALUES_MXFP4), n),
+                    _ => unreachable!("Q4_0 runs run_q4"),
                 }
             }};
         }
@@ -150,15 +151,14 @@ unsafe fn step(acc: &mut __m256, sumi: __m256i, dw: __m256, da: f32) {
 }
 
 /// `out[r·ostride + j]` = lane r of `acc[j]`.
+///
+/// # Safety
+/// AVX enabled in the caller.
 #[inline(always)]
 unsafe fn store<const M: usize>(acc: &[__m256; M], out: &mut [f32], ostride: usize) {
     for (j, v) in acc.iter().enumerate() {
-        let mut l = [0f32; 8];
-        // SAFETY: 8 writable floats.
-        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *v) };
-        for (r, &x) in l.iter().enumerate() {
-            out[r * ostride + j] = x;
-        }
+        // SAFETY: the caller's.
+        unsafe { super::x86_pack8::store_rows8(*v, 8, out, ostride, j) };
     }
 }
 
