@@ -1,6 +1,6 @@
 // Two-thread streaming probe, one process (docs/perf.md "Session 23"): each of NT threads
 // reads its own share of a 1 GiB buffer (huge pages) with T1 prefetch DIST bytes ahead and
-// 2 `vpdpbusd` a 64-byte line, the threads meeting at a barrier before and after every
+// 2 `vpdpbusd` a 64-byte line (without AVX-512 VNNI: a `vpmaddubsw` a 32 bytes), the threads meeting at a barrier before and after every
 // pass, so a pass's time is the concurrent rate of all the threads together — what a
 // decode step's two threads can get. (`probe_stream.c` run twice at once sums two
 // processes' best passes, which need not have overlapped.) Prints the best and the median
@@ -26,25 +26,44 @@ static void *run(void *arg) {
   long id = (long)arg;
   size_t part = n / nt;
   char *p = buf + id * part;
+#ifdef __AVX512VNNI__
   __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
   __m512i m = _mm512_set1_epi8(15), b = _mm512_set1_epi8(3);
+#else
+  // plain AVX2 (no VNNI): 4 × 32 bytes a 128-byte step, each `vpmaddubsw` + an i16 add
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  __m256i m = _mm256_set1_epi8(15), b = _mm256_set1_epi8(3);
+#endif
   for (int r = 0; r < PASSES; r++) {
     pthread_barrier_wait(&bar);
     double t0 = now();
     for (size_t j = 0; j < part; j += 128) {
       _mm_prefetch(p + j + dist, _MM_HINT_T1);
       _mm_prefetch(p + j + dist + 64, _MM_HINT_T1);
+#ifdef __AVX512VNNI__
       __m512i v = _mm512_load_si512(p + j), u = _mm512_load_si512(p + j + 64);
       a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v, m), b);
       a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(v, 4), m), b);
       a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(u, m), b);
       a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(u, 4), m), b);
+#else
+      __m256i v0 = _mm256_load_si256((const __m256i *)(p + j)), v1 = _mm256_load_si256((const __m256i *)(p + j + 32));
+      __m256i v2 = _mm256_load_si256((const __m256i *)(p + j + 64)), v3 = _mm256_load_si256((const __m256i *)(p + j + 96));
+      a0 = _mm256_add_epi16(a0, _mm256_maddubs_epi16(_mm256_and_si256(v0, m), b));
+      a1 = _mm256_add_epi16(a1, _mm256_maddubs_epi16(_mm256_and_si256(v1, m), b));
+      a2 = _mm256_add_epi16(a2, _mm256_maddubs_epi16(_mm256_and_si256(v2, m), b));
+      a3 = _mm256_add_epi16(a3, _mm256_maddubs_epi16(_mm256_and_si256(v3, m), b));
+#endif
     }
     pthread_barrier_wait(&bar);
     if (id == 0) gs[r] = n / (now() - t0) / 1e9;
   }
   int s[16];
+#ifdef __AVX512VNNI__
   _mm512_storeu_si512(s, _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)));
+#else
+  _mm256_storeu_si256((__m256i *)s, _mm256_add_epi16(_mm256_add_epi16(a0, a1), _mm256_add_epi16(a2, a3)));
+#endif
   sink[id] = s[0];
   return 0;
 }

@@ -296,7 +296,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 20;
+pub const N_KNOBS: usize = 21;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -339,6 +339,9 @@ pub const KNOB_PACK_AHEAD: usize = 18;
 /// `KNOBS[19]`: the CPU delta rule's `PREFETCH_GROUPS` (row groups of state prefetched
 /// ahead; 0 = none).
 pub const KNOB_DELTA_PREFETCH: usize = 19;
+/// `KNOBS[20]`: `x86_fused8::fused_other_upto` (tokens up to which the AVX2 8-row
+/// layout's Q5_K / Q6_K / IQ4_XS take the fused kernels; 0 = the packed ones).
+pub const KNOB_FUSED8_OTHER_UPTO: usize = 20;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

@@ -132,21 +132,47 @@ pub(super) unsafe fn f16_lanes(x: *const u8, ws: usize, nr: usize, off: usize) -
     unsafe { _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i)) }
 }
 
+/// Low nibbles of each byte.
+#[inline(always)]
+pub(super) unsafe fn nib_lo(v: __m256i) -> __m256i {
+    _mm256_and_si256(v, _mm256_set1_epi8(0x0f))
+}
+
+/// High nibbles of each byte.
+#[inline(always)]
+pub(super) unsafe fn nib_hi(v: __m256i) -> __m256i {
+    _mm256_and_si256(_mm256_srli_epi16::<4>(v), _mm256_set1_epi8(0x0f))
+}
+
+/// Q6_K element vector `k` (0..4) of group `g` of a 64-byte ql half (`q`: its two raw
+/// chunks) and its qh chunk `h`: the ql nibble | the 2 qh bits at 2k..2k+2 moved to bits
+/// 4..6 by one 16-bit shift (the bits it carries across a byte boundary are masked off).
+#[inline(always)]
+pub(super) unsafe fn q6_elems(q: &[[__m256i; 8]; 2], h: &[__m256i; 8], k: usize, g: usize) -> __m256i {
+    let m30 = _mm256_set1_epi8(0x30);
+    let hb = match k {
+        0 => _mm256_slli_epi16::<4>(h[g]),
+        1 => _mm256_slli_epi16::<2>(h[g]),
+        2 => h[g],
+        _ => _mm256_srli_epi16::<2>(h[g]),
+    };
+    let l = if k < 2 { nib_lo(q[k % 2][g]) } else { nib_hi(q[k % 2][g]) };
+    _mm256_or_si256(l, _mm256_and_si256(hb, m30))
+}
+
+/// Q5_K element vectors of group `g` of qs chunk `c` (`q`: its raws; `qh`: the qh raws):
+/// (sub-block 2c, sub-block 2c + 1), each nibble | its qh bit (2c, 2c + 1) at bit 4.
+#[inline(always)]
+pub(super) unsafe fn q5_elems(q: &[__m256i; 8], qh: &[__m256i; 8], c: usize, g: usize) -> (__m256i, __m256i) {
+    let one = _mm256_set1_epi8(1);
+    let bl = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+    let bh = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+    (_mm256_or_si256(nib_lo(q[g]), _mm256_slli_epi16::<4>(bl)), _mm256_or_si256(nib_hi(q[g]), _mm256_slli_epi16::<4>(bh)))
+}
+
 /// Decodes the super-block of the 8 rows at `s` into `pk`.
 #[inline(always)]
 unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
-    let m4 = _mm256_set1_epi8(0x0f);
-    // (macros, not closures: a closure would not inherit the target features)
-    macro_rules! lo {
-        ($v:expr) => {
-            _mm256_and_si256($v, m4)
-        };
-    }
-    macro_rules! hi {
-        ($v:expr) => {
-            _mm256_and_si256(_mm256_srli_epi16::<4>($v), m4)
-        };
-    }
     // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at w: Q4_K (d,
     // dmin, scales 12 B, qs 128 B @16), Q5_K (the same header, qh 32 B @16, qs @48),
     // Q6_K (ql 128 B @0, qh 64 B @128, scales 16 B @192, d @208).
@@ -159,44 +185,27 @@ unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
                 let q = s.raw::<F>(8 + 32 * c);
                 for g in 0..8 {
                     let sb = 2 * c + g / 4;
-                    pk.w[8 * sb + g % 4] = _mm256_shuffle_epi8(t, lo!(q[g]));
-                    pk.w[8 * sb + 4 + g % 4] = _mm256_shuffle_epi8(t, hi!(q[g]));
+                    pk.w[8 * sb + g % 4] = _mm256_shuffle_epi8(t, nib_lo(q[g]));
+                    pk.w[8 * sb + 4 + g % 4] = _mm256_shuffle_epi8(t, nib_hi(q[g]));
                 }
             }
         } else if F == Q6K {
-            // bits 2k..2k+2 of each qh byte moved to bits 4..6 by one 16-bit shift (the
-            // bits it carries across a byte boundary are masked off)
-            let m30 = _mm256_set1_epi8(0x30);
             for half in 0..2 {
                 let q = [s.raw::<F>(64 * half), s.raw::<F>(64 * half + 32)];
                 let h = s.raw::<F>(128 + 32 * half);
                 for g in 0..8 {
-                    let hb = [
-                        _mm256_and_si256(_mm256_slli_epi16::<4>(h[g]), m30),
-                        _mm256_and_si256(_mm256_slli_epi16::<2>(h[g]), m30),
-                        _mm256_and_si256(h[g], m30),
-                        _mm256_and_si256(_mm256_srli_epi16::<2>(h[g]), m30),
-                    ];
                     for k in 0..4 {
-                        let l = if k < 2 { lo!(q[k % 2][g]) } else { hi!(q[k % 2][g]) };
-                        pk.w[8 * (4 * half + k) + g] = _mm256_or_si256(l, hb[k]);
+                        pk.w[8 * (4 * half + k) + g] = q6_elems(&q, &h, k, g);
                     }
                 }
             }
         } else {
             let qs_off = if F == Q5K { 48 } else { 16 };
             let qh = if F == Q5K { s.raw::<F>(16) } else { [_mm256_setzero_si256(); 8] };
-            let one = _mm256_set1_epi8(1);
             for c in 0..4 {
                 let q = s.raw::<F>(qs_off + 32 * c);
                 for g in 0..8 {
-                    let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
-                    if F == Q5K {
-                        let bl = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
-                        let bh = _mm256_and_si256(_mm256_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
-                        l = _mm256_or_si256(l, _mm256_slli_epi16::<4>(bl));
-                        h = _mm256_or_si256(h, _mm256_slli_epi16::<4>(bh));
-                    }
+                    let (l, h) = if F == Q5K { q5_elems(&q, &qh, c, g) } else { (nib_lo(q[g]), nib_hi(q[g])) };
                     pk.w[8 * (2 * c) + g] = l;
                     pk.w[8 * (2 * c + 1) + g] = h;
                 }

@@ -260,7 +260,12 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         _ => block_bytes::<Q4K>(),
     };
     let ap = a.as_ptr();
-    let in_regs = kind == Q4K && m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, x86_fused8::MAX_FUSED);
+    use super::x86_block::{knob, KNOB_FUSED8_OTHER_UPTO, KNOB_FUSED_UPTO};
+    let in_regs = if kind == Q4K {
+        m <= knob(KNOB_FUSED_UPTO, x86_fused8::MAX_FUSED)
+    } else {
+        m <= knob(KNOB_FUSED8_OTHER_UPTO, x86_fused8::fused_other_upto(kind)).min(2)
+    };
     SCALES8.with(|pk| PACKED8.with(|p8| {
         let (pk, p8) = (&mut *pk.borrow_mut(), &mut *p8.borrow_mut());
         super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
@@ -269,7 +274,12 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
             // SAFETY: 8 rows of nb blocks at src and m tokens (the caller's contract).
             unsafe {
                 if in_regs {
-                    x86_fused8::run_src(nb, 8, src, ap, astride, m, o, ostride, pk, next);
+                    match kind {
+                        Q6K => x86_fused8::run_src::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
+                        Q5K => x86_fused8::run_src::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
+                        IQ4XS => x86_fused8::run_src::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
+                        _ => x86_fused8::run_src::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
+                    }
                 } else {
                     match kind {
                         Q6K => x86_pack8::run::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
