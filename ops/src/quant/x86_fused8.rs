@@ -2,10 +2,10 @@
 //! but each decoded vector of 8 rows × 4 elements goes straight from the raw bytes into
 //! every token's `vpmaddubsw`, in registers, instead of being stored into a packed
 //! super-block and read back per token. Q4_K for 1–3 tokens (2–3 tokens per expert,
-//! where the per-row tile kernels spend much of their time in horizontal sums); Q5_K,
-//! Q6_K for 1–2 tokens and IQ4_XS for one (`fused_other_upto`: a decode step, where the packed
-//! form's stores and reloads of every decoded vector made these formats twice Q4_K's
-//! cost a byte — compute-bound on a 2-core Zen 3, docs/perf.md "Session 25").
+//! where the per-row tile kernels spend much of their time in horizontal sums); Q5_K and
+//! Q6_K for 1–2 tokens, IQ4_XS for one (`fused_other_upto`: a decode step, where the
+//! packed form's stores and reloads of every decoded vector made these formats twice
+//! Q4_K's cost a byte — compute-bound on a 2-core Zen 3, docs/perf.md "Session 25").
 //!
 //! Exactness: the i16 chains are `x86_pack8`'s (Q4_K 8 groups: 8·2·15·128 = 30720;
 //! Q5_K 4 groups: 4·2·31·128 = 31744; Q6_K 2 groups: 2·2·63·128 = 32256; IQ4_XS one

@@ -230,15 +230,17 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 
 /// `out[r·ostride + j]` = row r · token j for the `rows` rows of `w` (the layout, `rows` a
 /// multiple of 8) and `m` tokens of Q8_K activations at `a + j·astride`. Q4_K up to
-/// `x86_fused8::MAX_FUSED` tokens: `x86_fused8` (each decoded vector straight into the
+/// `x86_fused8::MAX_FUSED` tokens, Q5_K / Q6_K / IQ4_XS up to
+/// `x86_fused8::fused_other_upto`: `x86_fused8` (each decoded vector straight into the
 /// products); otherwise `x86_pack8` (each super-block decoded once into a `Packed8`, then
 /// read per token). Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`, Intel Xeon
 /// 6/207, 2 threads, 2048×4096, calls alternated, best ms, plain rows → this layout): Q4_K
 /// 1 / 2 / 3 / 4 / 8 tokens 0.237 / 0.343 / 0.345 / 0.369 / 0.761 → 0.230 / 0.253 / 0.277 /
 /// 0.304 / 0.724; Q5_K 0.300 / 0.390 / 0.670 / 0.748 / 1.146 → 0.288 / 0.313 / 0.571 /
 /// 0.630 / 1.006; Q6_K 2 / 3 / 4 / 8 tokens 0.539 / 0.680 / 0.708 / 1.125 → 0.477 / 0.595 /
-/// 0.647 / 0.985. (A fused form of Q5_K / Q6_K, each chunk decoded in registers for 1–3
-/// tokens, measured no faster than the packed one: not kept.)
+/// 0.647 / 0.985. (A fused Q5_K / Q6_K form for 1–3 tokens measured no faster than the
+/// packed one on that proxy; on a 2-core Zen 3, where one core's products bound a
+/// decode step, the fused forms for 1–2 tokens won: docs/perf.md "Session 25".)
 ///
 /// # Safety
 /// AVX2 + FMA + F16C available; `w` holds `rows` rows of `n` elements, `a` `m` tokens,
