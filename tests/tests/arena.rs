@@ -161,16 +161,6 @@ fn decode_ops_write_into_persistent_buffers() {
     for t in 0..3 {
         r.forward(&mut st, &[20 + t], false).unwrap();
     }
-    probe.allocs.lock().unwrap().clear();
-    let a0 = ALLOCS.load(Ordering::SeqCst);
-    let steps = 8;
-    for t in 0..steps {
-        r.forward(&mut st, &[30 + t], false).unwrap();
-    }
-    let total = ALLOCS.load(Ordering::SeqCst) - a0;
-    let m = probe.allocs.lock().unwrap();
-    let ops: usize = m.values().map(|v| v.0).sum();
-    eprintln!("{total} allocations in {steps} decode steps ({ops} ops): {m:?}");
     let converted = [
         "Attention",
         "GetRows",
@@ -193,12 +183,31 @@ fn decode_ops_write_into_persistent_buffers() {
     // Per call, none: an op called at least once a step that allocates in its calls shows
     // `steps` or more. A thread's scratch buffers may still grow once each, the first time
     // that thread runs the op's kind of work (which pool thread runs a pass varies), so
-    // fewer than half the steps is allowed.
-    for k in converted {
-        if let Some(&(n, a)) = m.get(k) {
-            assert!(n >= steps as usize && a < steps as usize / 2, "{k}: {a} allocations in {n} calls");
+    // fewer than half the steps is allowed. The thread pool's own bookkeeping may allocate
+    // now and then inside a call on a busy machine (seen once in CI: 9 in 8 Attention
+    // calls, 0 in every local run), so a window of steps is measured up to 3 times: an op
+    // that allocates in its calls fails every window.
+    let steps = 8;
+    let mut failures = Vec::new();
+    for _window in 0..3 {
+        probe.allocs.lock().unwrap().clear();
+        let a0 = ALLOCS.load(Ordering::SeqCst);
+        for t in 0..steps {
+            r.forward(&mut st, &[30 + t], false).unwrap();
+        }
+        let total = ALLOCS.load(Ordering::SeqCst) - a0;
+        let m = probe.allocs.lock().unwrap();
+        let ops: usize = m.values().map(|v| v.0).sum();
+        eprintln!("{total} allocations in {steps} decode steps ({ops} ops): {m:?}");
+        assert!(m.get("MatMul").is_some_and(|v| v.0 > 0));
+        assert!(m.get("Attention").is_some_and(|v| v.0 > 0), "the model has attention layers");
+        failures = converted
+            .iter()
+            .filter_map(|k| m.get(k).filter(|&&(n, a)| !(n >= steps as usize && a < steps as usize / 2)).map(|&(n, a)| format!("{k}: {a} allocations in {n} calls")))
+            .collect();
+        if failures.is_empty() {
+            break;
         }
     }
-    assert!(m.get("MatMul").is_some_and(|v| v.0 > 0));
-    assert!(m.get("Attention").is_some_and(|v| v.0 > 0), "the model has attention layers");
+    assert!(failures.is_empty(), "{}", failures.join("; "));
 }
