@@ -15,7 +15,7 @@
 //! single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack8::{bcast4, finish8, nib_hi, nib_lo, pack_scales8, q5_elems, q6_elems, Packed8, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack8::{bcast4, finish8, nib_hi, nib_lo, pack_scales8, q5_elems, q6_elems, store_rows8, Packed8, IQ4XS, Q4K, Q5K, Q6K};
 use super::x86_rows8::{Rows8, Src8};
 use std::arch::x86_64::*;
 
@@ -292,11 +292,7 @@ unsafe fn run<const F: u8, const M: usize, S: Src8>(
         }
     }
     for (j, v) in sumf.iter().enumerate() {
-        let mut l = [0f32; 8];
-        // SAFETY: 8 writable floats.
-        unsafe { _mm256_storeu_ps(l.as_mut_ptr(), *v) };
-        for (r, &x) in l.iter().enumerate().take(nr) {
-            out[r * ostride + j] = x;
-        }
+        // SAFETY: AVX2 enabled in every caller.
+        unsafe { store_rows8(*v, nr, out, ostride, j) };
     }
 }

@@ -24,6 +24,7 @@ use super::iq4::KVALUES_IQ4NL;
 use super::mxfp4::KVALUES_MXFP4;
 use super::q8::Q8_0_BYTES;
 use super::x86_tile::{f16, ld, table16};
+use super::x86_pack8::{nib_hi, nib_lo};
 use std::arch::x86_64::*;
 
 /// The layout's kinds in `x86_rows8` (distinct from `x86_pack8`'s K-quant kinds).
@@ -126,12 +127,11 @@ unsafe fn values<const F: u8>(b: *const u8, h: usize) -> [__m256i; 4] {
         if F == Q8_0 {
             return [ld(b.add(32 * (4 * h))), ld(b.add(32 * (4 * h + 1))), ld(b.add(32 * (4 * h + 2))), ld(b.add(32 * (4 * h + 3)))];
         }
-        let m4 = _mm256_set1_epi8(0x0f);
         // (a macro, not a closure: a closure would not inherit the target features)
         macro_rules! v {
             ($l:expr) => {{
                 let x = ld(b.add(32 * $l));
-                let n = if h == 0 { _mm256_and_si256(x, m4) } else { _mm256_and_si256(_mm256_srli_epi16::<4>(x), m4) };
+                let n = if h == 0 { nib_lo(x) } else { nib_hi(x) };
                 match F {
                     IQ4NL => _mm256_shuffle_epi8(table16(&KVALUES_IQ4NL), n),
                     MXFP4 => _mm256_shuffle_epi8(table16(&KVALUES_MXFP4), n),
@@ -227,7 +227,7 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
 #[inline(always)]
 unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], corr: &[i32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
     use super::x86_pack8::bcast4;
-    let (ones, m4) = (_mm256_set1_epi16(1), _mm256_set1_epi8(0x0f));
+    let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); M];
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
@@ -239,8 +239,8 @@ unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride:
             let (mut lo, mut hi) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
             for l in 0..4 {
                 let x = ld(b.add(32 * l));
-                lo[l] = _mm256_and_si256(x, m4);
-                hi[l] = _mm256_and_si256(_mm256_srli_epi16::<4>(x), m4);
+                lo[l] = nib_lo(x);
+                hi[l] = nib_hi(x);
             }
             let dw = scales::<Q4_0>(b);
             for (j, acc) in acc.iter_mut().enumerate() {
