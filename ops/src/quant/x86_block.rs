@@ -296,7 +296,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 21;
+pub const N_KNOBS: usize = 22;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -342,6 +342,9 @@ pub const KNOB_DELTA_PREFETCH: usize = 19;
 /// `KNOBS[20]`: `x86_fused8::fused_other_upto` (tokens up to which the AVX2 8-row
 /// layout's Q5_K / Q6_K / IQ4_XS take the fused kernels; 0 = the packed ones).
 pub const KNOB_FUSED8_OTHER_UPTO: usize = 20;
+/// `KNOBS[21]`: tokens up to which the AVX2 8-row packed kernels (`x86_pack8`) pack each
+/// super-block right before all the token tiles' products (0: never).
+pub const KNOB_PACK8_BLOCKWISE_UPTO: usize = 21;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

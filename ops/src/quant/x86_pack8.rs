@@ -412,6 +412,17 @@ pub(super) unsafe fn finish8<const F: u8, const M: usize>(
     }
 }
 
+/// Most tokens the block-wise order takes (its float sums live on the stack).
+const BLOCKWISE_MAX: usize = 32;
+
+/// Tokens up to which [`run`] packs each super-block right before all the token tiles'
+/// products (knob `KNOB_PACK8_BLOCKWISE_UPTO`; at most `BLOCKWISE_MAX`).
+#[inline(always)]
+fn blockwise_upto() -> usize {
+    use super::x86_block::{knob, KNOB_PACK8_BLOCKWISE_UPTO};
+    knob(KNOB_PACK8_BLOCKWISE_UPTO, BLOCKWISE_MAX).min(BLOCKWISE_MAX)
+}
+
 /// Scratch of [`group8`]: the packed super-blocks.
 #[derive(Default)]
 pub struct Scratch8 {
@@ -483,8 +494,38 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
     }
     // SAFETY: an all-zero bit pattern is a valid Packed8.
     let zero: Packed8 = unsafe { std::mem::zeroed() };
-    // One token tile: each super-block dotted right after it is packed (in L1); more
-    // tokens: all blocks packed first, then every tile runs over them.
+    // Up to `blockwise_upto` tokens: each super-block dotted with every token tile right
+    // after it is packed (in L1); more: all blocks packed first, then every tile runs
+    // over them.
+    if m > MAX_TILE && m <= blockwise_upto() {
+        sc.pks.resize(1, zero);
+        let mut o = [_mm256_setzero_ps(); BLOCKWISE_MAX];
+        for i in 0..nb {
+            prefetch!(i);
+            // SAFETY: the caller guarantees 8 rows of nb blocks at w.
+            unsafe { pack8::<F, S>(src.block::<F>(i), &mut sc.pks[0]) };
+            let mut t0 = 0;
+            while t0 < m {
+                let mt = MAX_TILE.min(m - t0);
+                // SAFETY: tokens t0..t0+mt are inside the activations (caller).
+                let at = unsafe { a.add(t0 * astride) };
+                macro_rules! go {
+                    ($mm:literal) => {{
+                        let os: &mut [__m256; $mm] = (&mut o[t0..t0 + $mm]).try_into().expect("tile");
+                        // SAFETY: block i of every row and token exists (caller).
+                        unsafe { dot8::<F, $mm>(&sc.pks[..1], i, at, astride, os) };
+                    }};
+                }
+                tokens_upto8!(mt, go);
+                t0 += mt;
+            }
+        }
+        for (j, v) in o.iter().enumerate().take(m) {
+            // SAFETY: AVX2 enabled in every caller.
+            unsafe { store_rows8(*v, nr, out, ostride, j) };
+        }
+        return;
+    }
     let one_tile = m <= MAX_TILE;
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
     if !one_tile {
