@@ -412,7 +412,8 @@ pub(super) unsafe fn finish8<const F: u8, const M: usize>(
     }
 }
 
-/// Most tokens the block-wise order takes (its float sums live on the stack).
+/// Most tokens the block-wise order takes (its float sums live on the stack): past 32 it
+/// measured no faster than packing all blocks first (docs/perf.md "Session 26").
 const BLOCKWISE_MAX: usize = 32;
 
 /// Tokens up to which [`run`] packs each super-block right before all the token tiles'
@@ -526,6 +527,8 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
         }
         return;
     }
+    // One token tile: each super-block dotted right after it is packed, the tile's sums
+    // in a local array (registers); more than `blockwise_upto`: all blocks packed first.
     let one_tile = m <= MAX_TILE;
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
     if !one_tile {
