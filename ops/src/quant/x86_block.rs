@@ -296,7 +296,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 22;
+pub const N_KNOBS: usize = 23;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -345,6 +345,9 @@ pub const KNOB_FUSED8_OTHER_UPTO: usize = 20;
 /// `KNOBS[21]`: tokens up to which the AVX2 8-row packed kernels (`x86_pack8`) pack each
 /// super-block right before all the token tiles' products (0: never).
 pub const KNOB_PACK8_BLOCKWISE_UPTO: usize = 21;
+/// `KNOBS[22]`: tokens from which the AVX2 8-row layout's Q4_K takes two 8-row groups a
+/// pass (`x86_pack8x2::PAIRS_FROM`).
+pub const KNOB_PACK8_PAIRS_FROM: usize = 22;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]

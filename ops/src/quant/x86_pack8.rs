@@ -33,15 +33,15 @@ pub const IQ4XS: u8 = 44;
 pub struct Packed8 {
     /// `w[8·cb + g]` = elements 32·cb + 4g .. +4 of each row, unsigned bytes (IQ4_XS:
     /// the signed table values).
-    w: [__m256i; 64],
+    pub(super) w: [__m256i; 64],
     /// The sub-block scales as `(s, s)` i16 pairs (Q4_K/Q5_K/IQ4_XS: 8 of 32 elements,
     /// Q6_K: 16 of 16, signed).
     pub(super) sc: [__m256i; 16],
     /// i16 pairs multiplied with the bsum pairs: Q4_K/Q5_K `(m, m)` of each sub-block,
     /// Q6_K `(s_2p, s_2p+1)`.
-    corr: [__m256i; 8],
-    d: __m256,
-    dm: __m256,
+    pub(super) corr: [__m256i; 8],
+    pub(super) d: __m256,
+    pub(super) dm: __m256,
 }
 
 /// 8 rows × 8 dwords (`z[r]` = row r) transposed: lane r of `out[g]` = dword g of row r.
@@ -172,7 +172,7 @@ pub(super) unsafe fn q5_elems(q: &[__m256i; 8], qh: &[__m256i; 8], c: usize, g: 
 
 /// Decodes the super-block of the 8 rows at `s` into `pk`.
 #[inline(always)]
-unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
+pub(super) unsafe fn pack8<const F: u8, S: Src8>(s: S, pk: &mut Packed8) {
     // SAFETY (whole body): the caller guarantees 8 rows of whole blocks at w: Q4_K (d,
     // dmin, scales 12 B, qs 128 B @16), Q5_K (the same header, qh 32 B @16, qs @48),
     // Q6_K (ql 128 B @0, qh 64 B @128, scales 16 B @192, d @208).
@@ -386,29 +386,59 @@ pub(super) unsafe fn finish8<const F: u8, const M: usize>(
         // SAFETY (this block): token j's block i: d @0, bsums 32 bytes @260.
         unsafe {
             let y = a.add(j * astride + i * Q8_K_BYTES);
-            if F == IQ4XS {
-                // (dw·yd)·is: no mins
-                let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-                *sf = _mm256_add_ps(*sf, _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(isum[j])));
-                continue;
-            }
-            let mut c = _mm256_setzero_si256();
-            for p in 0..8 {
-                c = _mm256_add_epi32(c, _mm256_madd_epi16(pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p))));
-            }
             let yd = _mm256_set1_ps((y as *const f32).read_unaligned());
-            let term = if F == Q6K {
-                // dw·yd·(is − 32·off)
-                let t = _mm256_sub_epi32(isum[j], _mm256_slli_epi32::<5>(c));
-                _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(t))
-            } else {
-                // (dw·yd)·is − (dmw·yd)·summ
-                let dd = _mm256_mul_ps(pk.d, yd);
-                let dmin = _mm256_mul_ps(pk.dm, yd);
-                _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(isum[j])), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(c)))
-            };
-            *sf = _mm256_add_ps(*sf, term);
+            let c = if F == IQ4XS { _mm256_setzero_si256() } else { corr8(pk, &bsums8(y)) };
+            *sf = _mm256_add_ps(*sf, term8::<F>(pk, isum[j], c, yd));
         }
+    }
+}
+
+/// The 8 bsum pairs of the Q8_K block at `y`, each broadcast.
+///
+/// # Safety
+/// AVX2 enabled in the caller; a Q8_K block at `y`.
+#[inline(always)]
+pub(super) unsafe fn bsums8(y: *const u8) -> [__m256i; 8] {
+    let mut bs = [_mm256_setzero_si256(); 8];
+    for (p, b) in bs.iter_mut().enumerate() {
+        // SAFETY: the bsums are 32 bytes @260 of the block (the caller's contract).
+        *b = unsafe { bcast4(y.add(Q8_K_BSUMS + 4 * p)) };
+    }
+    bs
+}
+
+/// The bsum correction of `pk` for one token (`bs`: its [`bsums8`]), per lane.
+///
+/// # Safety
+/// AVX2 enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn corr8(pk: &Packed8, bs: &[__m256i; 8]) -> __m256i {
+    let mut c = _mm256_setzero_si256();
+    for (cp, b) in pk.corr.iter().zip(bs) {
+        c = _mm256_add_epi32(c, _mm256_madd_epi16(*cp, *b));
+    }
+    c
+}
+
+/// One super-block's float term for one token (`is`: the integer sums, `c`: the bsum
+/// correction, `yd`: the token's scale), unfused, as the single-row kernel.
+///
+/// # Safety
+/// AVX2 enabled in the caller.
+#[inline(always)]
+pub(super) unsafe fn term8<const F: u8>(pk: &Packed8, is: __m256i, c: __m256i, yd: __m256) -> __m256 {
+    if F == IQ4XS {
+        // (dw·yd)·is: no mins
+        _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(is))
+    } else if F == Q6K {
+        // dw·yd·(is − 32·off)
+        let t = _mm256_sub_epi32(is, _mm256_slli_epi32::<5>(c));
+        _mm256_mul_ps(_mm256_mul_ps(pk.d, yd), _mm256_cvtepi32_ps(t))
+    } else {
+        // (dw·yd)·is − (dmw·yd)·summ
+        let dd = _mm256_mul_ps(pk.d, yd);
+        let dmin = _mm256_mul_ps(pk.dm, yd);
+        _mm256_sub_ps(_mm256_mul_ps(dd, _mm256_cvtepi32_ps(is)), _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(c)))
     }
 }
 

@@ -249,7 +249,7 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
     use super::x86_block::{PACKED8, SCALES8};
-    use super::{x86_fused8, x86_pack8, x86_rows8_q8};
+    use super::{x86_fused8, x86_pack8, x86_pack8x2, x86_rows8_q8};
     if x86_rows8_q8::kind_is(kind) {
         // SAFETY: the caller's contract (32-element blocks).
         return unsafe { x86_rows8_q8::block(kind, n / 32, w, rows, a, astride, m, out, ostride) };
@@ -268,9 +268,23 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     } else {
         m <= knob(KNOB_FUSED8_OTHER_UPTO, x86_fused8::fused_other_upto(kind)).min(2)
     };
+    // Q4_K from `x86_pack8x2::PAIRS_FROM` tokens: two groups a pass (the last 8 rows
+    // alone where `rows` is an odd multiple of 8)
+    use super::x86_block::KNOB_PACK8_PAIRS_FROM;
+    let pairs = kind == Q4K && !in_regs && m >= knob(KNOB_PACK8_PAIRS_FROM, x86_pack8x2::PAIRS_FROM);
+    let paired = if pairs { rows / 16 * 16 } else { 0 };
+    super::x86_rows16::groups::<16>(w, paired, rb, |g, next| {
+        let (s0, s1) = (Pre8 { p: w[g * rb..].as_ptr() }, Pre8 { p: w[(g + 8) * rb..].as_ptr() });
+        // SAFETY: 16 rows of nb blocks at s0 / s1 and m tokens (the caller's contract).
+        unsafe { x86_pack8x2::run16::<Pre8>(nb, s0, s1, ap, astride, m, &mut out[g * ostride..], ostride, next) };
+    });
+    if paired == rows {
+        return;
+    }
     SCALES8.with(|pk| PACKED8.with(|p8| {
         let (pk, p8) = (&mut *pk.borrow_mut(), &mut *p8.borrow_mut());
-        super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
+        super::x86_rows16::groups::<8>(&w[paired * rb..], rows - paired, rb, |g, next| {
+            let g = paired + g;
             let src = Pre8 { p: w[g * rb..].as_ptr() };
             let o = &mut out[g * ostride..];
             // SAFETY: 8 rows of nb blocks at src and m tokens (the caller's contract).
