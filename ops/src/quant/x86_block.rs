@@ -431,6 +431,7 @@ thread_local! {
     // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
     pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     pub(super) static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
+    pub(super) static PAIRS8: std::cell::RefCell<Box<super::x86_pack8x2::Scratch>> = std::cell::RefCell::new(Box::default());
     pub(super) static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     pub(super) static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
     /// `x86_amx`'s scratch and the padded copy of the last token tile.

@@ -1,4 +1,4 @@
-//! Q4_K on the AVX2 8-row layout, 16+ tokens: two 8-row groups a pass, two tokens at a
+//! Q4_K on the AVX2 8-row layout, 4+ tokens: two 8-row groups a pass, two tokens at a
 //! time. Each broadcast of 4 activation bytes feeds both groups' `vpmaddubsw` and each
 //! weight vector loaded feeds two tokens, so per 16 rows × 32 elements × 2 tokens the
 //! loop spends 16 broadcasts and 16 weight loads where `x86_pack8::dot8` spends 32 and
@@ -9,7 +9,8 @@
 //!
 //! Tried and not kept (docs/perf.md "Session 27"): one token at a time (the weights
 //! reloaded per token: 10–25% slower), 4-token tiles (their 8 sums and 8 chains spill:
-//! 10–25% slower); Q5_K gains 2–3% at 64+ tokens only, Q6_K and IQ4_XS lose 3–20%.
+//! 10–25% slower); Q5_K gains 2–3% at 64+ tokens only; Q6_K (16-element sub-blocks: a
+//! `vpmaddwd` per two products) and IQ4_XS lose 3–10%.
 //!
 //! Order: the super-blocks go one at a time (both groups packed into two `Packed8`, in
 //! L1), dotted with every token of a chunk of up to [`CHUNK`], whose float sums stay on
@@ -26,10 +27,26 @@ use std::arch::x86_64::*;
 /// Tokens whose float sums stay on the stack while the super-blocks go by (4 KB).
 const CHUNK: usize = 64;
 
-/// Fewest tokens that take this kernel (knob `KNOB_PACK8_PAIRS_FROM`): `moe_bench
-/// matmul_few_tokens` (Zen 3, 1 thread, Q4_K 2048×4096, calls alternated) 8 tokens equal,
-/// 16 equal to 9% faster, 64 / 128 / 256 tokens 10 / 7–9 / 5% faster.
-pub(super) const PAIRS_FROM: usize = 16;
+/// The packed super-blocks of both groups and a chunk's float sums (a thread's, reused:
+/// zeroing 10 KB a call cost ~10% at 4 tokens).
+#[repr(C, align(32))]
+pub struct Scratch {
+    pk: [Packed8; 2],
+    o: [[__m256; 2]; CHUNK],
+}
+
+impl Default for Scratch {
+    fn default() -> Scratch {
+        // SAFETY: an all-zero bit pattern is valid for vectors and floats.
+        unsafe { std::mem::zeroed() }
+    }
+}
+
+/// Fewest tokens that take this kernel (knob `KNOB_PACK8_PAIRS_FROM`; below it the fused
+/// kernels run anyway): `moe_bench matmul_few_tokens` (Zen 3, Q4_K 2048×4096, calls
+/// alternated) 1 thread 4 / 8 / 16 / 24 / 64 / 128 tokens 2–6 / 1–2 / 5 / 8 / 10 / 7–9%
+/// faster, 2 threads 4 / 8 / 16 / 24 tokens 9 / 4 / 8 / 12%, 64 / 128 / 512 10–14%.
+pub(super) const PAIRS_FROM: usize = 4;
 
 /// `T` tokens (activations at `a + t·astride`) against super-block `i` of both groups,
 /// packed in `pk`: `sf[t][h]` lane r += row r of group h's dot product over it. Each
@@ -79,7 +96,7 @@ unsafe fn dot16<const T: usize>(pk: &[Packed8; 2], i: usize, a: *const u8, astri
 /// Rows 0..16 of two 8-row groups (`src0`, `src1`; `nb` super-blocks each) against `m`
 /// tokens of Q8_K activations at `a + j·astride`: `out[r·ostride + j]` (rows 8.. from
 /// `src1`); `next` (pointer, bytes): the weights to prefetch meanwhile, a share per
-/// super-block of the first chunk.
+/// super-block of the first chunk; `sc`: the thread's scratch.
 ///
 /// # Safety
 /// AVX2 + FMA + F16C enabled in the caller; 8 rows of `nb` blocks at each source, `m`
@@ -96,15 +113,15 @@ pub(super) unsafe fn run16<S: Src8>(
     out: &mut [f32],
     ostride: usize,
     next: Option<(*const u8, usize)>,
+    sc: &mut Scratch,
 ) {
     let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
     let share = pf_len.div_ceil(nb).next_multiple_of(64);
-    // SAFETY: an all-zero bit pattern is a valid Packed8.
-    let mut pk: [Packed8; 2] = unsafe { std::mem::zeroed() };
+    let Scratch { pk, o } = sc;
     let mut c0 = 0;
     while c0 < m {
         let mc = CHUNK.min(m - c0);
-        let mut o = [[_mm256_setzero_ps(); 2]; CHUNK];
+        o[..mc].fill([_mm256_setzero_ps(); 2]);
         for i in 0..nb {
             if c0 == 0 {
                 let mut off = i * share;
@@ -125,15 +142,15 @@ pub(super) unsafe fn run16<S: Src8>(
                 unsafe {
                     let at = a.add((c0 + t) * astride);
                     if t + 1 < mc {
-                        dot16::<2>(&pk, i, at, astride, &mut o[t..t + 2]);
+                        dot16::<2>(pk, i, at, astride, &mut o[t..t + 2]);
                     } else {
-                        dot16::<1>(&pk, i, at, astride, &mut o[t..t + 1]);
+                        dot16::<1>(pk, i, at, astride, &mut o[t..t + 1]);
                     }
                 }
                 t += 2;
             }
         }
-        for (j, v) in o.iter().enumerate().take(mc) {
+        for (j, v) in o[..mc].iter().enumerate() {
             // SAFETY: AVX2 enabled in every caller; out holds 16 rows of ostride.
             unsafe {
                 store_rows8(v[0], 8, out, ostride, c0 + j);

@@ -273,10 +273,13 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     use super::x86_block::KNOB_PACK8_PAIRS_FROM;
     let pairs = kind == Q4K && !in_regs && m >= knob(KNOB_PACK8_PAIRS_FROM, x86_pack8x2::PAIRS_FROM);
     let paired = if pairs { rows / 16 * 16 } else { 0 };
-    super::x86_rows16::groups::<16>(w, paired, rb, |g, next| {
-        let (s0, s1) = (Pre8 { p: w[g * rb..].as_ptr() }, Pre8 { p: w[(g + 8) * rb..].as_ptr() });
-        // SAFETY: 16 rows of nb blocks at s0 / s1 and m tokens (the caller's contract).
-        unsafe { x86_pack8x2::run16::<Pre8>(nb, s0, s1, ap, astride, m, &mut out[g * ostride..], ostride, next) };
+    super::x86_block::PAIRS8.with(|sc| {
+        let sc = &mut *sc.borrow_mut();
+        super::x86_rows16::groups::<16>(w, paired, rb, |g, next| {
+            let (s0, s1) = (Pre8 { p: w[g * rb..].as_ptr() }, Pre8 { p: w[(g + 8) * rb..].as_ptr() });
+            // SAFETY: 16 rows of nb blocks at s0 / s1 and m tokens (the caller's contract).
+            unsafe { x86_pack8x2::run16::<Pre8>(nb, s0, s1, ap, astride, m, &mut out[g * ostride..], ostride, next, sc) };
+        });
     });
     if paired == rows {
         return;
