@@ -1,9 +1,9 @@
 //! Q4_K on the AVX2 8-row layout, 4+ tokens: two 8-row groups a pass, two tokens at a
 //! time. Each broadcast of 4 activation bytes feeds both groups' `vpmaddubsw` and each
-//! weight vector loaded feeds two tokens, so per 16 rows × 32 elements × 2 tokens the
-//! loop spends 16 broadcasts and 16 weight loads where `x86_pack8::dot8` spends 32 and
-//! (unless its tile's weights stay in registers, which they cannot beside its 8 tokens'
-//! sums) 32 — on Zen 3 a `vpbroadcastd ymm, m32` competes with the products for the
+//! weight vector loaded feeds two tokens: per 16 rows × 32 elements × 2 tokens the loop
+//! issues 16 broadcasts and 16 weight loads, where `x86_pack8::dot8` issues 32 of each
+//! (it reloads a tile's weights for every token: they cannot stay in registers beside its
+//! 8 tokens' sums). On Zen 3 a `vpbroadcastd ymm, m32` competes with the products for the
 //! vector pipes (docs/perf.md "Session 26"). The i16 chains and integer sums of the two
 //! tokens and groups are 8 registers.
 //!
@@ -13,8 +13,8 @@
 //! `vpmaddwd` per two products) and IQ4_XS lose 3–10%.
 //!
 //! Order: the super-blocks go one at a time (both groups packed into two `Packed8`, in
-//! L1), dotted with every token of a chunk of up to [`CHUNK`], whose float sums stay on
-//! the stack; a longer batch runs chunk after chunk (each packing again: ~1% of the
+//! L1), dotted with every token of a chunk of up to [`CHUNK`], whose float sums stay in
+//! the thread's [`Scratch`]; a longer batch runs chunk after chunk (each packing again: ~1% of the
 //! products at 64 tokens). The integer sums are exact and the float step per super-block
 //! and token is `x86_pack8`'s (`corr8`, `term8`) in block order, so every lane is bitwise
 //! the 8-row kernel's, and `vec_dot`'s.
@@ -24,7 +24,7 @@ use super::x86_pack8::{bcast4, bsums8, corr8, pack8, store_rows8, term8, Packed8
 use super::x86_rows8::Src8;
 use std::arch::x86_64::*;
 
-/// Tokens whose float sums stay on the stack while the super-blocks go by (4 KB).
+/// Tokens whose float sums stay in L1 while the super-blocks go by (4 KB).
 const CHUNK: usize = 64;
 
 /// The packed super-blocks of both groups and a chunk's float sums (a thread's, reused:
