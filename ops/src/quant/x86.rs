@@ -116,6 +116,26 @@ pub(super) fn prefetch_l2_range(at: *const u8, from: usize, to: usize) {
     }
 }
 
+/// Block `i`'s share (of `nb`) of the bytes `pf` (pointer, length) to prefetch, so the
+/// next rows' loads stay in flight through the pass without a burst: into L2 (`L2`, hint
+/// T1: the 16-row and Q8_0-activation kernels, see [`prefetch_l2`]) or into L1 (T0: the
+/// AVX2 8-row packed kernels, `x86_pack8`, `x86_pack8x2`).
+#[inline(always)]
+pub(super) fn prefetch_share<const L2: bool>(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
+    let Some((at, len)) = pf else { return };
+    let per_block = len.div_ceil(nb).next_multiple_of(64);
+    let mut off = i * per_block;
+    while off < ((i + 1) * per_block).min(len) {
+        if L2 {
+            prefetch_l2(at.wrapping_add(off));
+        } else {
+            // SAFETY: a prefetch is a hint: it never faults, whatever the address.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off) as *const i8) };
+        }
+        off += 64;
+    }
+}
+
 /// Horizontal sum of 8 f32 lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -5,7 +5,8 @@
 //! each B load (`run_amx2`); other sources pack B per block (`run_amx`).
 
 use super::x86_pack16::store_rows;
-use super::x86_pack_q8::{prefetch_share, PackedQ8, SrcQ8};
+use super::x86::prefetch_share;
+use super::x86_pack_q8::{PackedQ8, SrcQ8};
 use std::arch::asm;
 use std::arch::x86_64::*;
 
@@ -137,7 +138,7 @@ pub(super) unsafe fn run_amx<const F: u8, S: SrcQ8>(
         issue!(0);
         store!(0);
         for i in 0..nb {
-            prefetch_share(pf, nb, i);
+            prefetch_share::<true>(pf, nb, i);
             let d = if direct { src.d::<F>(i) } else { b[i % 2].d };
             if i + 1 < nb {
                 issue!(i + 1);
@@ -196,7 +197,7 @@ pub(super) unsafe fn run_amx2<const F: u8, S: SrcQ8>(
         issue!(0, 0);
         store!(0);
         for i in 0..nb {
-            prefetch_share(pf, nb, i);
+            prefetch_share::<true>(pf, nb, i);
             let d = src.d::<F>(i);
             let next = i + 1 < nb;
             if next {

@@ -510,19 +510,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
     sc: &mut Scratch8,
     next: Option<(*const u8, usize)>,
 ) {
-    let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
-    let share = pf_len.div_ceil(nb).next_multiple_of(64);
-    // (a macro, not a closure: a closure would not inherit the target features)
-    macro_rules! prefetch {
-        ($i:expr) => {
-            let mut off = $i * share;
-            while off < (($i + 1) * share).min(pf_len) {
-                // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
-                off += 64;
-            }
-        };
-    }
+    use super::x86::prefetch_share;
     // SAFETY: an all-zero bit pattern is a valid Packed8.
     let zero: Packed8 = unsafe { std::mem::zeroed() };
     // Up to `blockwise_upto` tokens: each super-block dotted with every token tile right
@@ -532,7 +520,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
         sc.pks.resize(1, zero);
         let mut o = [_mm256_setzero_ps(); BLOCKWISE_MAX];
         for i in 0..nb {
-            prefetch!(i);
+            prefetch_share::<false>(next, nb, i);
             // SAFETY: the caller guarantees 8 rows of nb blocks at w.
             unsafe { pack8::<F, S>(src.block::<F>(i), &mut sc.pks[0]) };
             let mut t0 = 0;
@@ -563,7 +551,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
     sc.pks.resize(if one_tile { 1 } else { nb }, zero);
     if !one_tile {
         for i in 0..nb {
-            prefetch!(i);
+            prefetch_share::<false>(next, nb, i);
             // SAFETY: the caller guarantees 8 rows of nb blocks at w.
             unsafe { pack8::<F, S>(src.block::<F>(i), &mut sc.pks[i]) };
         }
@@ -578,7 +566,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
                 let mut o = [_mm256_setzero_ps(); $mm];
                 if one_tile {
                     for i in 0..nb {
-                        prefetch!(i);
+                        prefetch_share::<false>(next, nb, i);
                         // SAFETY: as above; block i of every row and token exists.
                         unsafe {
                             pack8::<F, S>(src.block::<F>(i), &mut sc.pks[0]);

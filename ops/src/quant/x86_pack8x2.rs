@@ -8,16 +8,16 @@
 //! tokens and groups are 8 registers.
 //!
 //! Tried and not kept (docs/perf.md "Session 27"): one token at a time (the weights
-//! reloaded per token: 10–25% slower), 4-token tiles (their 8 sums and 8 chains spill:
-//! 10–25% slower); Q5_K gains 2–3% at 64+ tokens only; Q6_K (16-element sub-blocks: a
-//! `vpmaddwd` per two products) and IQ4_XS lose 3–10%.
+//! reloaded per token: 10–25% slower), 4-token tiles (their 8 sums and 8 chains spill),
+//! 3-token tiles (equal); the same loop for Q5_K (in the model 0.995), Q6_K (16-element
+//! sub-blocks: a `vpmaddwd` per two products; 1–10% slower) and IQ4_XS (3–10% slower).
 //!
 //! Order: the super-blocks go one at a time (both groups packed into two `Packed8`, in
 //! L1), dotted with every token of a chunk of up to [`CHUNK`], whose float sums stay in
-//! the thread's [`Scratch`]; a longer batch runs chunk after chunk (each packing again: ~1% of the
-//! products at 64 tokens). The integer sums are exact and the float step per super-block
-//! and token is `x86_pack8`'s (`corr8`, `term8`) in block order, so every lane is bitwise
-//! the 8-row kernel's, and `vec_dot`'s.
+//! the thread's [`Scratch`]; a longer batch runs chunk after chunk (each packing again:
+//! ~1% of the products at 64 tokens). The integer sums are exact and the float step per
+//! super-block and token is `x86_pack8`'s (`corr8`, `term8`) in block order, so every
+//! lane is bitwise the 8-row kernel's, and `vec_dot`'s.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
 use super::x86_pack8::{bcast4, bsums8, corr8, pack8, store_rows8, term8, Packed8, Q4K};
@@ -115,8 +115,6 @@ pub(super) unsafe fn run16<S: Src8>(
     next: Option<(*const u8, usize)>,
     sc: &mut Scratch,
 ) {
-    let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
-    let share = pf_len.div_ceil(nb).next_multiple_of(64);
     let Scratch { pk, o } = sc;
     let mut c0 = 0;
     while c0 < m {
@@ -124,12 +122,7 @@ pub(super) unsafe fn run16<S: Src8>(
         o[..mc].fill([_mm256_setzero_ps(); 2]);
         for i in 0..nb {
             if c0 == 0 {
-                let mut off = i * share;
-                while off < ((i + 1) * share).min(pf_len) {
-                    // SAFETY: a prefetch never faults; the caller passes bytes of the weights.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(pf_at.add(off) as *const i8) };
-                    off += 64;
-                }
+                super::x86::prefetch_share::<false>(next, nb, i);
             }
             // SAFETY: 8 rows of nb blocks at each source (the caller's contract).
             unsafe {

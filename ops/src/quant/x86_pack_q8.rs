@@ -20,6 +20,7 @@ use super::iq4::{IQ4_NL_BYTES, KVALUES_IQ4NL};
 use super::legacy::Q4_0_BYTES;
 use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
+use super::x86::prefetch_share;
 use super::x86_pack16::{bcast4, join, store_rows, transpose16x8, IQ4NL_U8};
 use super::x86_tile::{f16, nibbles32, table16};
 use super::x86_amx_q8::{amx_tiles, run_amx, run_amx2};
@@ -271,15 +272,6 @@ pub unsafe fn prepare(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mu
     }
 }
 
-/// Block `i`'s share (of `nb`) of the bytes `pf` (pointer, length) to prefetch, so the
-/// next rows' loads stay in flight through the pass without a burst.
-#[inline(always)]
-pub(super) fn prefetch_share(pf: Option<(*const u8, usize)>, nb: usize, i: usize) {
-    let Some((at, len)) = pf else { return };
-    let per_block = len.div_ceil(nb).next_multiple_of(64);
-    super::x86::prefetch_l2_range(at, i * per_block, ((i + 1) * per_block).min(len));
-}
-
 /// Tokens a kernel pass takes (its float accumulators stay in registers).
 const TOKENS: usize = 8;
 
@@ -304,7 +296,7 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
         for i in 0..nb {
-            prefetch_share(pf, nb, i);
+            prefetch_share::<true>(pf, nb, i);
             let b = src.block::<F>(i);
             for (j, acc) in acc.iter_mut().enumerate() {
                 let y = a.add(j * astride + i * Q8_0_BYTES);

@@ -177,7 +177,7 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
         for i in 0..nb {
-            super::x86_pack_q8::prefetch_share(pf, nb, i);
+            super::x86::prefetch_share::<true>(pf, nb, i);
             let b = p.add(i * 8 * format::<F>().0);
             // the block's 8 weight vectors in two halves of 4 (with their magnitudes: 8
             // registers), each half against every token's 16 activation bytes: the first
@@ -232,7 +232,7 @@ unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride:
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
     unsafe {
         for i in 0..nb {
-            super::x86_pack_q8::prefetch_share(pf, nb, i);
+            super::x86::prefetch_share::<true>(pf, nb, i);
             let b = p.add(i * 8 * format::<Q4_0>().0);
             // elements 4l.. (low nibbles) and 16 + 4l.. (high) of each row
             // (no closures: a closure would not inherit the target features)
