@@ -296,7 +296,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 23;
+pub const N_KNOBS: usize = 24;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -348,6 +348,9 @@ pub const KNOB_PACK8_BLOCKWISE_UPTO: usize = 21;
 /// `KNOBS[22]`: tokens from which the AVX2 8-row layout's Q4_K takes two 8-row groups a
 /// pass (`x86_pack8x2::PAIRS_FROM`).
 pub const KNOB_PACK8_PAIRS_FROM: usize = 22;
+/// `KNOBS[23]`: tokens from which the AVX2 8-row layout's Q4_K reads activations
+/// broadcast once a call (`x86_bcast8::BCAST_FROM`).
+pub const KNOB_PACK8_BCAST_FROM: usize = 23;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
@@ -432,6 +435,7 @@ thread_local! {
     pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
     pub(super) static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     pub(super) static PAIRS8: std::cell::RefCell<Box<super::x86_pack8x2::Scratch>> = std::cell::RefCell::new(Box::default());
+    pub(super) static BCAST8: std::cell::RefCell<super::x86_bcast8::Scratch> = std::cell::RefCell::new(super::x86_bcast8::Scratch::default());
     pub(super) static PACKED16: std::cell::RefCell<x86_pack16::Scratch16> = std::cell::RefCell::new(x86_pack16::Scratch16::default());
     pub(super) static PACKED_Q8: std::cell::RefCell<x86_pack_q8::ScratchQ8> = std::cell::RefCell::new(x86_pack_q8::ScratchQ8::default());
     /// `x86_amx`'s scratch and the padded copy of the last token tile.

@@ -268,6 +268,12 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     } else {
         m <= knob(KNOB_FUSED8_OTHER_UPTO, x86_fused8::fused_other_upto(kind)).min(2)
     };
+    use super::x86_block::KNOB_PACK8_BCAST_FROM;
+    if kind == Q4K && !in_regs && m >= knob(KNOB_PACK8_BCAST_FROM, super::x86_bcast8::BCAST_FROM) && m <= super::x86_bcast8::BCAST_TO {
+        // SAFETY: rows laid-out rows of nb blocks, m tokens (the caller's contract).
+        super::x86_block::BCAST8.with(|sc| unsafe { super::x86_bcast8::run(nb, w.as_ptr(), rows, ap, astride, m, out, ostride, &mut sc.borrow_mut()) });
+        return;
+    }
     // Q4_K from `x86_pack8x2::PAIRS_FROM` tokens: two groups a pass (the last 8 rows
     // alone where `rows` is an odd multiple of 8)
     use super::x86_block::KNOB_PACK8_PAIRS_FROM;
