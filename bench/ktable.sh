@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The K table of issue 15: aggregate decode tok/s of K sequences stepped together, llama.cpp
 # (the oracle's llama_bench_batch.py: K prompts, then decode steps of all K) beside
-# `pn bench --slots K`, and pn's single-sequence `pn bench` decode (K = 1 is compared to it).
+# `pn bench --slots K`, and pn's single-sequence `pn bench` decode (K = 1 is compared to it:
+# across the two processes, and in one, `pn bench --slots 1`'s `k1_over_single`).
 #
 #   bench/ktable.sh MODEL.gguf [THREADS]
 #
@@ -45,7 +46,7 @@ for ((r = 1; r <= rounds; r++)); do
     line+=" K=$k $x"
     ratios+=("$k $x")
     if [[ $k == 1 ]]; then
-      line+=" (pn K=1 / pn single $(awk "BEGIN{printf \"%.3f\", $p / $(field tg_tok_s <<<"$single")}"))"
+      line+=" (pn K=1 / pn single: $(awk "BEGIN{printf \"%.3f\", $p / $(field tg_tok_s <<<"$single")}") across processes, $(field k1_over_single <<<"$out") in one)"
     fi
   done
   echo "$line  (pn / llama.cpp, aggregate decode)"

@@ -135,6 +135,13 @@ fn bench_slots_prints_one_json_line() {
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON line");
     assert_eq!((v["async"].as_bool(), v["seqs"].as_u64()), (Some(true), Some(2)), "{v}");
     assert!(v["agg_tg_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    assert!(v.get("k1_over_single").is_none(), "only K = 1 compares with one sequence: {v}");
+    // K = 1: the single-sequence decode of the same streams, alternated in the process
+    let (code, out, err) = pn(&["bench", "--slots", "1", "--prompt-len", "3", "--gen", "2", "--reps", "3", "--threads", "2"], &[]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("a JSON line");
+    assert!(v["single_tg_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+    assert!(v["k1_over_single"].as_f64().is_some_and(|x| x > 0.0 && x.is_finite()), "{v}");
     let (code, _, err) = pn(&["bench", "--slots", "0", "--gen", "1", "--reps", "1"], &[]);
     assert_ne!(code, 0);
     assert!(err.contains("--slots: expected 1..=256"), "{err}");
