@@ -1,5 +1,6 @@
-//! Q4_K on the AVX2 8-row layout, 4+ tokens: two 8-row groups a pass, two tokens at a
-//! time. Each broadcast of 4 activation bytes feeds both groups' `vpmaddubsw` and each
+//! Q4_K on the AVX2 8-row layout, 8+ tokens (4–7: `x86_bcast8`, faster there; this
+//! kernel takes them where a knob turns that one off): two 8-row groups a pass, two
+//! tokens at a time. Each broadcast of 4 activation bytes feeds both groups' `vpmaddubsw` and each
 //! weight vector loaded feeds two tokens: per 16 rows × 32 elements × 2 tokens the loop
 //! issues 16 broadcasts and 16 weight loads, where `x86_pack8::dot8` issues 32 of each
 //! (it reloads a tile's weights for every token: they cannot stay in registers beside its
@@ -42,8 +43,8 @@ impl Default for Scratch {
     }
 }
 
-/// Fewest tokens that take this kernel (knob `KNOB_PACK8_PAIRS_FROM`; below it the fused
-/// kernels run anyway): `moe_bench matmul_few_tokens` (Zen 3, Q4_K 2048×4096, calls
+/// Fewest tokens that take this kernel where `x86_bcast8` does not (knob
+/// `KNOB_PACK8_PAIRS_FROM`; below it the fused kernels run anyway): `moe_bench matmul_few_tokens` (Zen 3, Q4_K 2048×4096, calls
 /// alternated) 1 thread 4 / 8 / 16 / 24 / 64 / 128 tokens 2–6 / 1–2 / 5 / 8 / 10 / 7–9%
 /// faster, 2 threads 4 / 8 / 16 / 24 tokens 9 / 4 / 8 / 12%, 64 / 128 / 512 10–14%.
 pub(super) const PAIRS_FROM: usize = 4;

@@ -232,8 +232,9 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 /// multiple of 8) and `m` tokens of Q8_K activations at `a + j·astride`. Q4_K up to
 /// `x86_fused8::MAX_FUSED` tokens, Q5_K / Q6_K / IQ4_XS up to
 /// `x86_fused8::fused_other_upto`: `x86_fused8` (each decoded vector straight into the
-/// products); otherwise `x86_pack8` (each super-block decoded once into a `Packed8`, then
-/// read per token). Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`, Intel Xeon
+/// products); Q4_K at 4–7 tokens `x86_bcast8` (activations broadcast once a call), from 8
+/// `x86_pack8x2`; otherwise `x86_pack8` (each super-block decoded once into a `Packed8`,
+/// then read per token). Measured (`moe_bench matmul_few_tokens`, `PN_NO_AVX512=1`, Intel Xeon
 /// 6/207, 2 threads, 2048×4096, calls alternated, best ms, plain rows → this layout): Q4_K
 /// 1 / 2 / 3 / 4 / 8 tokens 0.237 / 0.343 / 0.345 / 0.369 / 0.761 → 0.230 / 0.253 / 0.277 /
 /// 0.304 / 0.724; Q5_K 0.300 / 0.390 / 0.670 / 0.748 / 1.146 → 0.288 / 0.313 / 0.571 /
