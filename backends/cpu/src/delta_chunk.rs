@@ -431,8 +431,9 @@ fn avx2() -> bool {
     pn_ops::quant::simd_available()
 }
 
-/// One head, recurrent form (vectorized). `st` is [Dv][Dk], `o` is [T][Dv].
+/// One head, recurrent form (vectorized), denormals flushed (`delta_rows::FlushDenormals`). `st` is [Dv][Dk], `o` is [T][Dv].
 pub fn recurrent(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
+    let _ftz = crate::delta_rows::FlushDenormals::on();
     #[cfg(target_arch = "x86_64")]
     if avx2() {
         if pn_ops::quant::avx512_available() && rows_blockable(p, st) {
@@ -445,8 +446,9 @@ pub fn recurrent(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32]) {
     recurrent_body::<Portable>(p, st, o)
 }
 
-/// One head, chunked form. `st` is [Dv][Dk], `o` is [T][Dv].
+/// One head, chunked form, denormals flushed as in [`recurrent`]. `st` is [Dv][Dk], `o` is [T][Dv].
 pub fn chunked(p: &HeadIn<'_>, st: &mut [f32], o: &mut [f32], sc: &mut Scratch) {
+    let _ftz = crate::delta_rows::FlushDenormals::on();
     #[cfg(target_arch = "x86_64")]
     if avx2() {
         // SAFETY: AVX2 + FMA detected.

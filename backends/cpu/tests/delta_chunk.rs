@@ -121,6 +121,61 @@ fn op_batch_vs_pieces() {
     assert!(max_rel(&pieces, &want) <= 1e-4 && max_rel(&ssm(&sp), &ssm(&sref)) <= 1e-4);
 }
 
+/// Denormal floats in the state (what a strongly decayed head drifts into) are flushed
+/// to zero by every form of the CPU delta rule: bitwise the run with those entries zeroed,
+/// none left in the state; and the thread's floating-point control word is as before.
+/// (Where k is zero in a column, nothing but the decay touches that column of the state,
+/// so a kept denormal would survive the pass and the states would differ.)
+#[test]
+fn denormals_flush_to_zero() {
+    let (d, t) = (128usize, 20usize);
+    let q = unit_rows(t, d, 1);
+    let mut k = unit_rows(t, d, 2);
+    for row in k.chunks_mut(d) {
+        row[..16].iter_mut().for_each(|x| *x = 0.0);
+    }
+    let v = data(t * d, 3);
+    let g: Vec<f32> = data(t, 4).iter().map(|x| -0.3 * (x + 1.0)).collect();
+    let b: Vec<f32> = data(t, 5).iter().map(|x| 0.5 * (x + 1.0)).collect();
+    let p = HeadIn { q: &q, k: &k, v: &v, g: &g, beta: &b, qk_stride: d, v_stride: d, gb_stride: 1, dk: d, dv: d, t };
+    let normal = data(d * d, 6);
+    // columns 0..16 of every row denormal (k is zero there), the rest as `normal`
+    let tiny: Vec<f32> = normal.iter().enumerate().map(|(i, &x)| if i % d < 16 { x * 1e-39 } else { x }).collect();
+    assert!(tiny.iter().any(|x| x.is_subnormal()));
+    let zeroed: Vec<f32> = tiny.iter().map(|&x| if x.is_subnormal() { 0.0 } else { x }).collect();
+    let csr_before = mxcsr();
+    for form in ["recurrent", "chunked"] {
+        let run = |st: &[f32]| {
+            let (mut st, mut o) = (st.to_vec(), vec![0f32; t * d]);
+            match form {
+                "recurrent" => recurrent(&p, &mut st, &mut o),
+                _ => chunked(&p, &mut st, &mut o, &mut Scratch::default()),
+            }
+            (st, o)
+        };
+        let (st_t, o_t) = run(&tiny);
+        let (st_z, o_z) = run(&zeroed);
+        assert!(st_t.iter().all(|x| !x.is_subnormal()), "{form}: denormals left in the state");
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&st_t), bits(&st_z), "{form}: state");
+        assert_eq!(bits(&o_t), bits(&o_z), "{form}: outputs");
+        assert_eq!(mxcsr(), csr_before, "{form}: the thread's MXCSR changed");
+    }
+}
+
+/// The thread's SSE control word (0 off x86-64).
+fn mxcsr() -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut v: u32 = 0;
+        // SAFETY: stmxcsr writes the control word into `v` only.
+        unsafe { std::arch::asm!("stmxcsr [{0}]", in(reg) &mut v, options(nostack, preserves_flags)) };
+        v
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    0
+}
+
 /// Rough timing of one head's prefill (`cargo test --release -p pn-cpu --test delta_chunk -- --ignored --nocapture`).
 #[test]
 #[ignore]
@@ -150,6 +205,15 @@ fn timing() {
         };
         let tc = time(&mut || chunked(&p, &mut s, &mut o, &mut sc));
         let tr = time(&mut || recurrent(&p, &mut s, &mut o));
-        eprintln!("T={t}: chunked {tc:.2} µs/token, recurrent {tr:.2} µs/token (one head)");
+        // a state and k / v in the denormal range (a long-decayed head), refreshed each rep
+        let kt: Vec<f32> = k.iter().map(|x| x * 1e-20).collect();
+        let vt: Vec<f32> = v.iter().map(|x| x * 1e-38).collect();
+        let pt = HeadIn { k: &kt, v: &vt, ..p };
+        let st0: Vec<f32> = data(d * d, 6).iter().map(|x| x * 1e-39).collect();
+        let td = time(&mut || {
+            s.copy_from_slice(&st0);
+            recurrent(&pt, &mut s, &mut o)
+        });
+        eprintln!("T={t}: chunked {tc:.2} µs/token, recurrent {tr:.2} µs/token, recurrent from a denormal state {td:.2} µs/token (one head)");
     }
 }
