@@ -11,7 +11,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, pack_scales16, Corr, store_rows, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, pack_scales16, Corr, store_tile, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -233,8 +233,6 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
             finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, &mut sumf);
         }
     }
-    for (j, v) in sumf.iter().enumerate() {
-        // SAFETY: AVX-512 enabled in every caller.
-        unsafe { store_rows(*v, nr, out, ostride, j) };
-    }
+    // SAFETY: AVX-512 F/VL enabled in every caller.
+    unsafe { store_tile(&sumf, nr, out, ostride, 0) };
 }
