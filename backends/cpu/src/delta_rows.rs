@@ -166,10 +166,10 @@ pub unsafe fn recurrent<L: Lanes, const R: usize>(p: &HeadIn<'_>, st: &mut [f32]
 }
 
 /// Denormal floats flushed to zero (MXCSR FTZ + DAZ) while alive; the thread's previous
-/// mode restored on drop. A decayed state drifts into the denormal range (|x| < 2⁻¹²⁶:
-/// full-dims synthetic heads after a few dozen tokens), where every multiply and add
-/// takes a microcode assist: a 128-token pass ran at 3.3× its normal-range time (Xeon
-/// 6/207; 45× with a state all denormal). Values that small are below any output's
+/// mode restored on drop. A long-decayed state drifts into the denormal range (|x| <
+/// 2⁻¹²⁶), where every multiply and add takes a microcode assist: a head whose state sat
+/// there ran 96–105 µs a token instead of 2.0–2.2 (Xeon 6/207, `tests/delta_chunk.rs`
+/// `timing`; the synthetic model files never reach it). Values that small are below any output's
 /// resolution; every form of the CPU delta rule (`delta_chunk::recurrent` and `chunked`,
 /// so prefill, decode, slots, any thread) runs under it, so results stay bitwise
 /// invariant among them, and within the reference's 1e-4 (it keeps denormals).

@@ -45,48 +45,28 @@ pub(super) unsafe fn store_rows(v: __m512, nr: usize, out: &mut [f32], ostride: 
 }
 
 /// `out[r·ostride + col + j]` = lane r of `v[j]` for r < `nr`, j < M ≤ 8: the tile
-/// transposed in registers (two 8×8 float transposes side by side in the 256-bit
-/// halves: 24 shuffles) and each row's M results written as one masked store, instead of
-/// 16·M scalar stores through a stack copy (a pure move: the same values land).
+/// transposed in registers by [`transpose16x8`] (an 8×8 transpose per 256-bit half, its
+/// own inverse: vector r then holds row r's M results low and row r + 8's high) and each
+/// row written as one masked store, instead of 16·M scalar stores through a stack copy
+/// (a pure move: the same values land).
 #[inline(always)]
 pub(super) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, out: &mut [f32], ostride: usize, col: usize) {
     const { assert!(M >= 1 && M <= 8) };
     // SAFETY (whole body): AVX-512 F/VL enabled in every caller; each row's M floats are
     // bounds-checked as a slice before the masked store.
     unsafe {
-        // (loops, not closures: a closure would not inherit the target features)
-        let mut a = [_mm512_setzero_ps(); 8];
-        a[..M].copy_from_slice(v);
-        // per 128-bit lane L (rows 4L..4L+4): t pairs tokens, u gathers 4 tokens of a row
-        let mut t = [_mm512_setzero_ps(); 8];
-        for p in 0..4 {
-            t[2 * p] = _mm512_unpacklo_ps(a[2 * p], a[2 * p + 1]);
-            t[2 * p + 1] = _mm512_unpackhi_ps(a[2 * p], a[2 * p + 1]);
+        let mut z = [_mm512_setzero_si512(); 8];
+        for (zj, vj) in z.iter_mut().zip(v) {
+            *zj = _mm512_castps_si512(*vj);
         }
-        // u[k] (k < 4): row 4L + k, tokens 0..4 in lane L; u[4 + k]: tokens 4..8
-        let mut u = [_mm512_setzero_ps(); 8];
-        for h in 0..2 {
-            let (t0, t1, t2, t3) = (t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]);
-            u[4 * h] = _mm512_shuffle_ps::<0x44>(t0, t2);
-            u[4 * h + 1] = _mm512_shuffle_ps::<0xEE>(t0, t2);
-            u[4 * h + 2] = _mm512_shuffle_ps::<0x44>(t1, t3);
-            u[4 * h + 3] = _mm512_shuffle_ps::<0xEE>(t1, t3);
-        }
-        // lanes L of u[k] and u[4 + k] side by side: rows 4L + k, tokens 0..8
-        let lo = _mm512_setr_epi32(0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23);
-        let hi = _mm512_setr_epi32(8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31);
+        let rows = transpose16x8(z);
         let mask: __mmask8 = ((1u16 << M) - 1) as __mmask8;
-        for k in 0..4 {
-            let w = [_mm512_permutex2var_ps(u[k], lo, u[4 + k]), _mm512_permutex2var_ps(u[k], hi, u[4 + k])];
-            for (h, wh) in w.iter().enumerate() {
-                // rows k + 8h (low half) and k + 8h + 4 (high half)
-                let halves = [_mm512_castps512_ps256(*wh), _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*wh)))];
-                for (q, half) in halves.iter().enumerate() {
-                    let r = k + 8 * h + 4 * q;
-                    if r < nr {
-                        let dst = &mut out[r * ostride + col..][..M];
-                        _mm256_mask_storeu_ps(dst.as_mut_ptr(), mask, *half);
-                    }
+        for (r, w) in rows.iter().enumerate() {
+            let halves = [_mm512_castsi512_si256(*w), _mm512_extracti64x4_epi64::<1>(*w)];
+            for (h, half) in halves.iter().enumerate() {
+                if r + 8 * h < nr {
+                    let dst = &mut out[(r + 8 * h) * ostride + col..][..M];
+                    _mm256_mask_storeu_ps(dst.as_mut_ptr(), mask, _mm256_castsi256_ps(*half));
                 }
             }
         }
