@@ -149,12 +149,15 @@ fn slots(a: &BenchArgs, l: load::Loaded, cfg: &pn_engine::state::kv::StateConfig
     let asynchronous = pn_engine::async_step::async_for(&runner);
     let (mut best_tg, mut best_all, mut best_pp) = (0f64, 0f64, 0f64);
     let (mut best_single, mut ratios) = (0f64, Vec::new());
+    // slot s's prompt and its token at each step (K = 1's plain sequence decodes slot 0's)
+    let prompt_of = |s: usize| -> Vec<u32> { (0..a.prompt_len).map(|i| ((s * 7919 + i * 13) % v) as u32).collect() };
+    let token_of = |s: usize, step: usize| ((s * 31 + step) % v) as u32;
     for _ in 0..a.reps {
         let mut table = Slots::new(k);
         let t0 = Instant::now();
         let mut hs: Vec<SlotHandle> = Vec::with_capacity(k);
         for s in 0..k {
-            let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((s * 7919 + i * 13) % v) as u32).collect();
+            let prompt = prompt_of(s);
             let mut st = match first.take() {
                 Some(st) => st,
                 None => load::alloc_state_on(&runner, cfg)?,
@@ -166,7 +169,7 @@ fn slots(a: &BenchArgs, l: load::Loaded, cfg: &pn_engine::state::kv::StateConfig
         let mut batch: Vec<(SlotHandle, u32)> = Vec::with_capacity(k);
         for step in 0..a.gen {
             batch.clear();
-            batch.extend(hs.iter().enumerate().map(|(s, &h)| (h, ((s * 31 + step) % v) as u32)));
+            batch.extend(hs.iter().enumerate().map(|(s, &h)| (h, token_of(s, step))));
             table.step_begin_with(&runner, &batch, asynchronous)?;
             table.step_wait()?;
         }
@@ -176,12 +179,11 @@ fn slots(a: &BenchArgs, l: load::Loaded, cfg: &pn_engine::state::kv::StateConfig
         best_tg = best_tg.max(toks / (t2 - t1).as_secs_f64());
         best_all = best_all.max(toks / (t2 - t0).as_secs_f64());
         if k == 1 {
-            let prompt: Vec<u32> = (0..a.prompt_len).map(|i| ((i * 13) % v) as u32).collect();
             let mut st = load::alloc_state_on(&runner, cfg)?;
-            runner.forward(&mut st, &prompt, false)?;
+            runner.forward(&mut st, &prompt_of(0), false)?;
             let t3 = Instant::now();
             for step in 0..a.gen {
-                runner.forward(&mut st, &[(step % v) as u32], false)?;
+                runner.forward(&mut st, &[token_of(0, step)], false)?;
             }
             let single = a.gen as f64 / t3.elapsed().as_secs_f64();
             best_single = best_single.max(single);
