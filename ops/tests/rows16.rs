@@ -1,7 +1,8 @@
 //! The `rows16` layout: a repacked weight's dots are bitwise `vec_dot` of the plain rows,
 //! for every format it covers (Q4_K, Q5_K, Q6_K, IQ4_XS; Q8_0, Q4_0, IQ4_NL, MXFP4), any
 //! number of tokens (the fused, packed and AMX paths),
-//! padded activation strides and row blocks; bad lengths give NaN, never a panic. On a
+//! padded activation strides and row blocks, row-major and (where the kernel writes it)
+//! token-major output; bad lengths give NaN, never a panic. On a
 //! machine with AVX-512 the tests run again in a child process with `PN_NO_AVX512=1`,
 //! where the copy is the AVX2 kernels' 8-row layout (every format above).
 
@@ -30,7 +31,7 @@ fn acts(rng: &mut Rng, ty: GgmlType, n: usize, m: usize, stride: usize) -> Vec<u
 fn repacked_dots_are_bitwise_vec_dot() {
     let mut rng = Rng(0x0516_7a11_cafe_f00d);
     use GgmlType::*;
-    let mut checked = 0;
+    let (mut checked, mut token_major) = (0, 0);
     for ty in [Q4K, Q5K, Q6K, IQ4XS, Q8_0, Q4_0, IQ4NL, MXFP4] {
         if !rows16::available(ty, 256, 16) {
             eprintln!("{ty}: no interleaved layout on this CPU");
@@ -65,6 +66,24 @@ fn repacked_dots_are_bitwise_vec_dot() {
                             assert_eq!(got.to_bits(), want.to_bits(), "{ty} nb={nb} rows={rows} m={m} row {} token {j}: {got} vs {want}", r0 + r);
                         }
                     }
+                    // token-major: the same bits at [j][r] (token rows tstride apart),
+                    // the gaps between token rows untouched; or nothing written (false)
+                    let tstride = nr + 5;
+                    let mut tm = vec![f32::NAN; m * tstride];
+                    // SAFETY: tm holds m token rows of tstride ≥ nr floats
+                    let wrote = unsafe { rows16::vec_dot_block_tokens(ty, n, &p[r0 * rb..], nr, &a, stride, m, tm.as_mut_ptr(), tstride) };
+                    token_major += usize::from(wrote);
+                    for j in 0..m {
+                        for c in 0..tstride {
+                            let got = tm[j * tstride + c];
+                            if wrote && c < nr {
+                                let want = out[c * ostride + j];
+                                assert_eq!(got.to_bits(), want.to_bits(), "{ty} nb={nb} rows={rows} m={m} token-major row {} token {j}: {got} vs {want}", r0 + c);
+                            } else {
+                                assert!(got.is_nan(), "{ty} m={m}: token-major wrote {got} at token {j} column {c} of {nr} rows (wrote: {wrote})");
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -74,7 +93,12 @@ fn repacked_dots_are_bitwise_vec_dot() {
     if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") && std::is_x86_feature_detected!("f16c") && std::env::var_os("PN_NO_REPACK").is_none() {
         assert!(checked >= 3, "only {checked} formats had a layout");
     }
-    let _ = checked;
+    // the 16-row kernels write token-major (the K-quants, fused and packed)
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512vnni") && std::env::var_os("PN_NO_AVX512").is_none() && std::env::var_os("PN_NO_REPACK").is_none() {
+        assert!(token_major > 0, "no token-major block was written");
+    }
+    let _ = (checked, token_major);
 }
 
 /// The tests above through the plain-AVX2 kernels and their 8-row layout

@@ -66,33 +66,12 @@ pub fn quantize_rows_to(at: GgmlType, x: &[f32], k: usize, rb: usize, q: &mut Ve
     }
 }
 
-/// Converted activations and the `[n][t]` result block, one each per process
-/// (`crate::scratch`).
+/// Converted activations, one per process (`crate::scratch`).
 static XQ: Shared<Vec<u8>> = Shared::new(Vec::new());
-static TMP: Shared<Vec<f32>> = Shared::new(Vec::new());
 
 /// Runs `f` with the scratch byte buffer.
 pub(crate) fn with_xq<R>(f: impl FnOnce(&mut Vec<u8>) -> R) -> R {
     XQ.with(f)
-}
-
-/// Largest scratch kept between calls (floats): bigger ones (a long prefill's logits)
-/// are freed after the call, so they do not add to the resident set for good. 8 M (32
-/// MB) keeps a 512-token pass's widest projection (8192 rows: 4.2 M floats); at 4 M that
-/// buffer was freed and faulted in again (zeroed pages) at every such call: full-dims
-/// pp512 median 219 → 244 tok/s (AVX-512 + AMX), 142 → 156 (AVX2), four rounds
-/// alternated, Intel Xeon 6/207 (docs/perf.md "Session 23").
-const TMP_KEEP: usize = 1 << 23;
-
-/// Runs `f` with the scratch float buffer.
-pub(crate) fn with_tmp<R>(f: impl FnOnce(&mut Vec<f32>) -> R) -> R {
-    TMP.with(|v| {
-        let r = f(v);
-        if v.capacity() > TMP_KEEP {
-            *v = Vec::new();
-        }
-        r
-    })
 }
 
 /// y[ti·n + r] = vec_dot(wty, k, row r of `w`, xq[ti]) for r < n, ti < t, where `w` holds
@@ -120,27 +99,68 @@ pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usi
         }
         return;
     }
-    // Compute [n][t] blocks (rows × tokens, tiled), then transpose into [t][n].
-    with_tmp(|tmp| {
-    // (grown only: every element of the first n·t is written below, so no zeroing
-    // pass over the block each call)
-    if tmp.len() < n * t {
-        tmp.resize(n * t, 0.0);
-    }
-    let tmp = &mut tmp[..n * t];
+    // Each task: a block of weight rows × every token, written token-major into its
+    // columns of y ([t][n]) by `dot_rows_tokens`. Before, the whole product went out as
+    // [n][t] and a second pass transposed it (Q4_K 2048 × 8192, 512 tokens, 1 thread:
+    // 10% of the call).
     let rbb = row_block_batch(w.ty);
-    let block = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * rbb, ys.len() / t, xq, rb, t, ys, t);
+    let sink = crate::transpose::ColumnSink::new(y, t, n);
+    let block = |b: usize| {
+        let (r0, nr) = (b * rbb, rbb.min(n - b * rbb));
+        // SAFETY: block b owns weight rows r0..r0 + nr, i.e. those columns of every
+        // token row of y (the sink's), and y stays borrowed until every task is done
+        unsafe { dot_rows_tokens(w, k, r0, nr, xq, rb, t, sink.column(r0), n) };
+    };
+    let blocks = n.div_ceil(rbb);
     if n * t * work < par::SERIAL_WORK || par::outside_pool() {
-        tmp.chunks_mut(rbb * t)
-            .enumerate()
-            .for_each(|(b, ys)| block(b, ys));
+        (0..blocks).for_each(block);
     } else {
-        tmp.par_chunks_mut(rbb * t)
-            .enumerate()
-            .for_each(|(b, ys)| block(b, ys));
+        (0..blocks).into_par_iter().for_each(block);
     }
-    par::transpose(tmp, n, t, y);
-    })
+}
+
+/// Rows `r0..r0 + nr` of `w` · the `t` activation rows of `xq`, token-major: row r,
+/// token j at `dst[j·tstride + r]`. Directly where the kernel writes that way (the 16-row
+/// AVX-512 kernels on the `rows16` copy), else as an `[nr][t]` block in the thread's
+/// scratch ([`dot_rows`]) written transposed while in cache. The same values either way.
+///
+/// # Safety
+/// `dst` is valid for writes at every `j·tstride + r` (`r < nr`, `j < t`), which no one
+/// else reads or writes meanwhile; `nr ≤ tstride`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn dot_rows_tokens(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &[u8], rb: usize, t: usize, dst: *mut f32, tstride: usize) {
+    if nr == 0 || t == 0 {
+        return;
+    }
+    let wrb = w.ty.row_bytes(k).unwrap_or(0);
+    if let (Some(p), true) = (w.rows16, r0 % 16 == 0 && nr % 16 == 0 && rows16_on()) {
+        // SAFETY: the caller's contract on dst
+        if unsafe { quant::rows16::vec_dot_block_tokens(w.ty, k, p.get(r0 * wrb..).unwrap_or(&[]), nr, xq, rb, t, dst, tstride) } {
+            return;
+        }
+    }
+    if t == 1 {
+        // one token: token-major is row-major
+        // SAFETY: dst holds nr floats (the caller's contract, j = 0)
+        let out = unsafe { std::slice::from_raw_parts_mut(dst, nr) };
+        return dot_rows(w, k, r0, nr, xq, rb, 1, out, 1);
+    }
+    BLOCK.with(|blk| {
+        let mut blk = blk.borrow_mut();
+        if blk.len() < nr * t {
+            blk.resize(nr * t, 0.0);
+        }
+        let blk = &mut blk[..nr * t];
+        dot_rows(w, k, r0, nr, xq, rb, t, blk, t);
+        // SAFETY: the caller's contract on dst
+        unsafe { crate::transpose::scatter_transposed(blk, nr, t, dst, tstride) };
+    });
+}
+
+thread_local! {
+    /// A task's `[rows][t]` result block (≤ `ROW_BLOCK_BATCH`-ish rows × the batch's
+    /// tokens: 128 KB at 64 rows × 512 tokens), one per thread.
+    static BLOCK: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// `out[r·ostride + j]` = row `r0 + r` of `w` (`k` elements a row) · activation row `j`

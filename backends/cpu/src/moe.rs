@@ -5,7 +5,7 @@
 //! result is kept, and finally each token sums its slots in selection order — the
 //! reference's order, whatever the batch.
 
-use crate::matmul::{dot_rows, quantize_rows_to};
+use crate::matmul::{dot_rows_tokens, quantize_rows_to};
 use crate::par;
 use pn_ops::reference::common::{
     act_f32, act_format, act_i32, out_f32, out_i32, topk_before, MOE_MIN_WEIGHT_SUM,
@@ -328,8 +328,13 @@ struct Inputs<'a> {
 
 impl Inputs<'_> {
     /// Rows `r0..r0 + nr` of expert e's [gate (F rows); up (F rows)] dotted with its `n`
-    /// tokens (slots from `s0`): `ys` is [nr][n]. Split where gate and up meet.
-    fn gate_up(&self, e: usize, s0: usize, n: usize, r0: usize, nr: usize, ys: &mut [f32]) {
+    /// tokens (slots from `s0`), token-major: row r, token j at `dst[j·tstride + r − r0]`
+    /// (the expert's `[n][2F]` rows, `tstride` = 2F). Split where gate and up meet.
+    ///
+    /// # Safety
+    /// [`dot_rows_tokens`]' contract for those rows and tokens.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn gate_up(&self, e: usize, s0: usize, n: usize, r0: usize, nr: usize, dst: *mut f32, tstride: usize) {
         let (ex, kd, f) = (self.ex, self.ex.k, self.ex.f);
         let mut r = r0;
         while r < r0 + nr {
@@ -344,21 +349,21 @@ impl Inputs<'_> {
                 };
                 (ex.up.expert(e), xs, rb, r - f, r0 + nr)
             };
-            let o = &mut ys[(r - r0) * n..(end - r0) * n];
-            dot_rows(&w, kd, row, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, o, n);
+            // SAFETY: rows r..end of the caller's r0..r0 + nr
+            unsafe { dot_rows_tokens(&w, kd, row, end - r, &xs[s0 * rb..(s0 + n) * rb], rb, n, dst.add(r - r0), tstride) };
             r = end;
         }
     }
 
-    /// silu(g) ⊙ u of `n` slots from their [2F][n] gate/up rows `g`, as `n` slot rows
-    /// converted for the down projection into `q` (`h`: 2F·n floats of scratch).
+    /// silu(g) ⊙ u of `n` slots from their `[n][2F]` gate/up rows `g` (gate F, then up F),
+    /// each converted for the down projection into its row of `q` (`h`: F floats of
+    /// scratch).
     fn hidden(&self, g: &[f32], n: usize, h: &mut [f32], q: &mut [u8]) {
         let f = self.ex.f;
-        let (hc, hr) = h.split_at_mut(f * n);
-        crate::elementwise::swiglu_row(hc, &g[..f * n], &g[f * n..]);
-        crate::transpose::columns(hc, f, n, 0, n, hr);
-        for (li, qr) in q.chunks_mut(self.drb).enumerate() {
-            pn_ops::quant::quantize_row(self.dt, &hr[li * f..(li + 1) * f], qr);
+        let h = &mut h[..f];
+        for (gj, qr) in g.chunks_exact(2 * f).zip(q.chunks_mut(self.drb)).take(n) {
+            crate::elementwise::swiglu_row(h, &gj[..f], &gj[f..]);
+            pn_ops::quant::quantize_row(self.dt, h, qr);
         }
     }
 }
@@ -395,14 +400,14 @@ fn expert_ffns(xs: &Inputs<'_>, active: &[usize], starts: &[usize], res: &mut [f
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         FFN.with(|b| {
             let (fl, q) = &mut *b.borrow_mut();
-            let fl = grown(fl, 4 * f * n + kd * n);
-            let (gu, rest) = fl.split_at_mut(2 * f * n);
-            let (h, dn) = rest.split_at_mut(2 * f * n);
-            xs.gate_up(e, s0, n, 0, 2 * f, gu);
+            let fl = grown(fl, 2 * f * n + f);
+            let (gu, h) = fl.split_at_mut(2 * f * n);
+            // SAFETY: gu holds the n × 2F token rows, this task's own
+            unsafe { xs.gate_up(e, s0, n, 0, 2 * f, gu.as_mut_ptr(), 2 * f) };
             let q = grown(q, n * xs.drb);
             xs.hidden(gu, n, h, q);
-            dot_rows(&xs.ex.down.expert(e), f, 0, kd, q, xs.drb, n, dn, n);
-            crate::transpose::columns(dn, kd, n, 0, n, out);
+            // SAFETY: out is this expert's n × K slot rows, this task's own
+            unsafe { dot_rows_tokens(&xs.ex.down.expert(e), f, 0, kd, q, xs.drb, n, out.as_mut_ptr(), kd) };
         });
     });
 }
@@ -413,11 +418,12 @@ fn expert_ffns(xs: &Inputs<'_>, active: &[usize], starts: &[usize], res: &mut [f
 fn projection_loops(xs: &Inputs<'_>, active: &[usize], starts: &[usize], hq: &mut Vec<u8>, gu: &mut Vec<f32>, res: &mut [f32]) {
     let (kd, f, drb) = (xs.ex.k, xs.ex.f, xs.drb);
     let n_slots = starts[starts.len() - 1];
-    // Gate and up: expert e's results live at gu[2f·starts[e]..] as [2F rows][n_e].
+    // Gate and up: expert e's results at gu[2f·starts[e]..] as [n_e][2F] token rows.
     let gu = grown(gu, n_slots * 2 * f);
-    expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, ys| {
+    expert_blocks(gu, active, starts, 2 * f, kd, |e, r0, nr, dst| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        xs.gate_up(e, s0, n, r0, nr, ys);
+        // SAFETY: expert_blocks' contract: columns r0..r0 + nr of e's token rows
+        unsafe { xs.gate_up(e, s0, n, r0, nr, dst, 2 * f) };
     });
     // The hidden rows, one task per expert.
     let gu = &*gu;
@@ -426,25 +432,16 @@ fn projection_loops(xs: &Inputs<'_>, active: &[usize], starts: &[usize], hq: &mu
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
         HID.with(|h| {
             let mut h = h.borrow_mut();
-            let h = grown(&mut h, 2 * f * n);
+            let h = grown(&mut h, f);
             xs.hidden(&gu[2 * f * s0..2 * f * (s0 + n)], n, h, q);
         });
     });
-    // Down: expert e's results at res[kd·starts[e]..] as [K rows][n_e] ...
+    // Down: expert e's results straight into its slot rows res[kd·starts[e]..] ([n_e][K]).
     let hq = &*hq;
-    expert_blocks(res, active, starts, kd, f, |e, r0, nr, ys| {
+    expert_blocks(res, active, starts, kd, f, |e, r0, nr, dst| {
         let (s0, n) = (starts[e], starts[e + 1] - starts[e]);
-        dot_rows(&xs.ex.down.expert(e), f, r0, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, ys, n);
-    });
-    // ... turned into slot rows (in `order`), in place (through a per-thread copy).
-    per_expert(res, active, starts, kd, |e, d| {
-        let n = starts[e + 1] - starts[e];
-        HID.with(|h| {
-            let mut h = h.borrow_mut();
-            h.clear();
-            h.extend_from_slice(d);
-            par::transpose(&h, kd, n, d);
-        });
+        // SAFETY: expert_blocks' contract, as above
+        unsafe { dot_rows_tokens(&xs.ex.down.expert(e), f, r0, nr, &hq[s0 * drb..(s0 + n) * drb], drb, n, dst, kd) };
     });
 }
 
@@ -532,12 +529,15 @@ fn block_rows(n: usize, active: usize) -> usize {
     (tuned!(KNOB_MOE_ROW_TOKENS, EXPERT_ROW_TOKENS) / n.max(1)).next_multiple_of(16).max(EXPERT_ROWS)
 }
 
-/// Splits `buf` (per active expert e: `rows` × n_e floats at `rows·starts[e]`) into
-/// blocks of `block_rows(n_e)` rows and runs `f(e, first_row, n_rows, block)` on every block,
-/// all experts' blocks in one parallel loop (`k` = the dot length, for the work estimate).
+/// Splits `buf` (per active expert e: n_e token rows of `rows` floats at
+/// `rows·starts[e]`) into column blocks of `block_rows(n_e)` weight rows and runs `f(e,
+/// first_row, n_rows, dst)` on every block, all experts' blocks in one parallel loop (`k`
+/// = the dot length, for the work estimate). `dst` points at the block's first column
+/// in e's first token row: `f` may write columns `first_row..first_row + n_rows` of e's
+/// n_e token rows (`rows` apart), no other.
 fn expert_blocks<F>(buf: &mut [f32], active: &[usize], starts: &[usize], rows: usize, k: usize, f: F)
 where
-    F: Fn(usize, usize, usize, &mut [f32]) + Sync + Send,
+    F: Fn(usize, usize, usize, *mut f32) + Sync + Send,
 {
     let total = rows * active.iter().map(|&e| starts[e + 1] - starts[e]).sum::<usize>() * k;
     let blocks: usize = active.iter().map(|&e| rows.div_ceil(block_rows(starts[e + 1] - starts[e], active.len()))).sum();
@@ -545,14 +545,12 @@ where
     split_experts(buf, active, starts, rows, serial, &|e, mine| {
         let n = starts[e + 1] - starts[e];
         let br = block_rows(n, active.len());
-        let run = |b: usize, ys: &mut [f32]| f(e, b * br, ys.len() / n, ys);
+        let sink = crate::transpose::ColumnSink::new(mine, n, rows);
+        let run = |b: usize| f(e, b * br, br.min(rows - b * br), sink.column(b * br));
         if serial {
-            mine.chunks_mut(br * n).enumerate().for_each(|(b, ys)| run(b, ys));
+            (0..rows.div_ceil(br)).for_each(run);
         } else {
-            mine.par_chunks_mut(br * n)
-                .enumerate()
-                .for_each(|(b, ys)| run(b, ys));
+            (0..rows.div_ceil(br)).into_par_iter().for_each(run);
         }
     });
 }
-

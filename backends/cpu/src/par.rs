@@ -58,19 +58,3 @@ where
             .for_each(|(i, r)| f(i, r));
     }
 }
-
-/// `dst[c·rows + r] = src[r·cols + c]` (`src` is rows × cols), in parallel over blocks of
-/// `dst` rows when large enough (a pure copy: no arithmetic).
-pub fn transpose(src: &[f32], rows: usize, cols: usize, dst: &mut [f32]) {
-    const B: usize = 32;
-    if rows == 0 || cols == 0 {
-        return;
-    }
-    let run = |b: usize, d: &mut [f32]| crate::transpose::columns(src, rows, cols, b * B, d.len() / rows, d);
-    let dst = &mut dst[..rows * cols];
-    if rows * cols < SERIAL_WORK || outside_pool() {
-        dst.chunks_mut(B * rows).enumerate().for_each(|(b, d)| run(b, d));
-    } else {
-        dst.par_chunks_mut(B * rows).enumerate().for_each(|(b, d)| run(b, d));
-    }
-}

@@ -11,7 +11,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, pack_scales16, Corr, store_tile, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, pack_scales16, store_tile, Corr, Out, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -179,10 +179,11 @@ pub unsafe fn group16_fused(
     pk: &mut Packed16,
     next: Option<(*const u8, usize)>,
 ) {
+    let o = Out::rows(out, ostride);
     macro_rules! go {
         ($f:expr, $mm:literal) => {
             // SAFETY: the caller's contract.
-            unsafe { run::<{ $f }, $mm, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, out, ostride, pk, next) }
+            unsafe { run::<{ $f }, $mm, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, o, pk, next) }
         };
     }
     macro_rules! by_m {
@@ -213,8 +214,7 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
     src: S,
     a: *const u8,
     astride: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     pk: &mut Packed16,
     next: Option<(*const u8, usize)>,
 ) {
@@ -233,6 +233,6 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
             finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, &mut sumf);
         }
     }
-    // SAFETY: AVX-512 F/VL enabled in every caller.
-    unsafe { store_tile(&sumf, nr, out, ostride, 0) };
+    // SAFETY: AVX-512 F/VL enabled in every caller; `o` holds the nr rows × M tokens.
+    unsafe { store_tile(&sumf, nr, o, 0) };
 }

@@ -44,17 +44,62 @@ pub(super) unsafe fn store_rows(v: __m512, nr: usize, out: &mut [f32], ostride: 
     }
 }
 
-/// `out[r·ostride + col + j]` = lane r of `v[j]` for r < `nr`, j < M ≤ 8: the tile
+/// Where a 16-row kernel's results go: row r, token j at `p + r·rs + j·ts`. Row-major
+/// (`rows`: `[rows][tokens]`, ts = 1) or token-major (`tokens`: `[tokens][rows]`, rs =
+/// 1: a batch's `[t][n]` output written in place, no transpose after).
+#[derive(Clone, Copy)]
+pub(crate) struct Out {
+    p: *mut f32,
+    rs: usize,
+    ts: usize,
+}
+
+impl Out {
+    /// `out[r·ostride + j]`: the kernels' row-major contract (the caller checks that
+    /// `out` holds every (row, token) it will write).
+    pub(crate) fn rows(out: &mut [f32], ostride: usize) -> Out {
+        Out { p: out.as_mut_ptr(), rs: ostride, ts: 1 }
+    }
+
+    /// `p[j·tstride + r]`.
+    ///
+    /// # Safety
+    /// Every (row, token) the kernel will write is inside `p`'s allocation and written
+    /// by no one else meanwhile.
+    pub(crate) unsafe fn tokens(p: *mut f32, tstride: usize) -> Out {
+        Out { p, rs: 1, ts: tstride }
+    }
+
+    /// The same layout from row `r`, token `j` on.
+    #[inline(always)]
+    pub(crate) fn at(self, r: usize, j: usize) -> Out {
+        Out { p: self.p.wrapping_add(r * self.rs + j * self.ts), ..self }
+    }
+}
+
+/// Row r, token `col + j` of `o` = lane r of `v[j]` for r < `nr`, j < M ≤ 8. Token-major:
+/// each token's vector is its rows already, one masked store each. Row-major: the tile
 /// transposed in registers by [`transpose16x8`] (an 8×8 transpose per 256-bit half, its
 /// own inverse: vector r then holds row r's M results low and row r + 8's high) and each
 /// row written as one masked store, instead of 16·M scalar stores through a stack copy
-/// (a pure move: the same values land).
+/// (a pure move either way: the same values land).
+///
+/// # Safety
+/// AVX-512 F/VL available; `o` holds rows `0..nr` × tokens `col..col + M` (`Out`'s
+/// contract).
 #[inline(always)]
-pub(super) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, out: &mut [f32], ostride: usize, col: usize) {
+pub(super) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, o: Out, col: usize) {
     const { assert!(M >= 1 && M <= 8) };
-    // SAFETY (whole body): AVX-512 F/VL enabled in every caller; each row's M floats are
-    // bounds-checked as a slice before the masked store.
+    // SAFETY (whole body): AVX-512 F/VL enabled in every caller; the stores stay inside
+    // the rows and tokens the caller vouched for.
     unsafe {
+        if o.rs == 1 {
+            let mask: __mmask16 = if nr >= 16 { 0xffff } else { ((1u32 << nr) - 1) as __mmask16 };
+            for (j, vj) in v.iter().enumerate() {
+                _mm512_mask_storeu_ps(o.p.add((col + j) * o.ts), mask, *vj);
+            }
+            return;
+        }
         let mut z = [_mm512_setzero_si512(); 8];
         for (zj, vj) in z.iter_mut().zip(v) {
             *zj = _mm512_castps_si512(*vj);
@@ -65,8 +110,8 @@ pub(super) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, out:
             let halves = [_mm512_castsi512_si256(*w), _mm512_extracti64x4_epi64::<1>(*w)];
             for (h, half) in halves.iter().enumerate() {
                 if r + 8 * h < nr {
-                    let dst = &mut out[(r + 8 * h) * ostride + col..][..M];
-                    _mm256_mask_storeu_ps(dst.as_mut_ptr(), mask, _mm256_castsi256_ps(*half));
+                    let dst = o.p.add((r + 8 * h) * o.rs + col);
+                    _mm256_mask_storeu_ps(dst, mask, _mm256_castsi256_ps(*half));
                 }
             }
         }
@@ -510,13 +555,14 @@ pub unsafe fn group16(
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
 ) {
+    let o = Out::rows(out, ostride);
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
-            Q6K => run::<Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
-            Q5K => run::<Q5K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
-            _ => run::<Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next, false),
+            IQ4XS => run::<IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
+            Q6K => run::<Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
+            Q5K => run::<Q5K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
+            _ => run::<Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
         }
     }
 }
@@ -533,8 +579,7 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
     a: *const u8,
     astride: usize,
     m: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
     prepacked: bool,
@@ -545,7 +590,7 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
     // super-block dotted by both right after it is packed, while it is in L1.
     if m > MAX_TILE && m <= 2 * MAX_TILE && !prepacked && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0 {
         // SAFETY: the caller's contract (16 rows of nb blocks at src, m tokens at a).
-        return unsafe { two_tiles::<F, S>(nb, nr, src, a, astride, m, out, ostride, sc, next) };
+        return unsafe { two_tiles::<F, S>(nb, nr, src, a, astride, m, o, sc, next) };
     }
     // One token tile (few tokens: an expert's share of a batch): each super-block is
     // dotted right after it is packed, while it is in L1 (one Packed16 of scratch). More
@@ -572,19 +617,19 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
         }
         macro_rules! go {
             ($mm:literal) => {{
-                let mut o = [_mm512_setzero_ps(); $mm];
+                let mut acc = [_mm512_setzero_ps(); $mm];
                 let pf = if t0 == 0 { next } else { None };
                 if one_tile {
                     for i in 0..nb {
                         // SAFETY: the caller guarantees 16 rows of nb blocks at src.
                         unsafe { pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[0]) };
-                        dot!($mm, &sc.pks[..1], i, &mut o, pf);
+                        dot!($mm, &sc.pks[..1], i, &mut acc, pf);
                     }
                 } else {
-                    dot!($mm, &sc.pks, 0, &mut o, pf);
+                    dot!($mm, &sc.pks, 0, &mut acc, pf);
                 }
                 // SAFETY: AVX-512 F/VL enabled in every caller.
-                unsafe { store_tile(&o, nr, out, ostride, t0) };
+                unsafe { store_tile(&acc, nr, o, t0) };
             }};
         }
         tokens_upto8!(mt, go);
@@ -625,8 +670,7 @@ unsafe fn two_tiles<const F: u8, S: Src>(
     a: *const u8,
     astride: usize,
     m: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
 ) {
@@ -644,8 +688,8 @@ unsafe fn two_tiles<const F: u8, S: Src>(
                     dot16_as::<F, MAX_TILE>(&sc.pks[..1], i, nb, a, astride, &mut o1, next);
                     dot16_as::<F, $mm>(&sc.pks[..1], i, nb, a2, astride, &mut o2, None);
                 }
-                store_tile(&o1, nr, out, ostride, 0);
-                store_tile(&o2, nr, out, ostride, MAX_TILE);
+                store_tile(&o1, nr, o, 0);
+                store_tile(&o2, nr, o, MAX_TILE);
             }};
         }
         tokens_upto8!(m - MAX_TILE, go);
