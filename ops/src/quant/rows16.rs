@@ -92,7 +92,7 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
         // lengths checked above.
         unsafe {
             match kind_here(ty).expect("available") {
-                (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_rows16::Dst::Rows(out, ostride)),
+                (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)),
                 (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, out, ostride),
             }
         }
@@ -108,9 +108,8 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
 
 /// [`vec_dot_block`] written token-major: `out[j·tstride + r]` for `r < rows`, `j < m`
 /// (a batch's `[t][n]` output in place, rows `r0..` of it at `out`). Returns false, and
-/// writes nothing, where this CPU's kernel for `ty` and `m` writes only row-major
-/// (AVX2's 8-row layout, the Q8_0-activation formats, the AMX tiles): the caller then
-/// takes `vec_dot_block` and transposes.
+/// writes nothing, where this CPU's kernels write only row-major (the AVX2 8-row layout)
+/// or the lengths do not fit: the caller then takes `vec_dot_block` and transposes.
 ///
 /// # Safety
 /// `out` is valid for writes at every `j·tstride + r` (`r < rows`, `j < m`), which no
@@ -128,12 +127,10 @@ pub unsafe fn vec_dot_block_tokens(ty: GgmlType, n: usize, w: &[u8], rows: usize
             && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
             && rows <= tstride;
         if let (true, Some((true, kind))) = (ok, kind_here(ty)) {
-            if super::x86_rows16::takes_tokens(kind, n, m, astride) {
-                // SAFETY: VNNI detected (the 16-row layout); the lengths checked above,
-                // `out`'s extent the caller's contract.
-                unsafe { super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_rows16::Dst::Tokens(out, tstride)) };
-                return true;
-            }
+            // SAFETY: VNNI detected (the 16-row layout); the lengths checked above,
+            // `out`'s extent the caller's contract.
+            unsafe { super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::tokens(out, tstride)) };
+            return true;
         }
     }
     let _ = (ty, n, w, acts, astride, out, tstride);

@@ -279,13 +279,14 @@ pub unsafe fn group16(
     sc: &mut ScratchAmx,
     next: Option<(*const u8, usize)>,
 ) {
+    let o = x86_pack16::Out::rows(out, ostride);
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS, IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
-            Q6K => run::<Q6K, Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
-            Q5K => run::<Q5K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
-            _ => run::<Q4K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, out, ostride, sc, next),
+            IQ4XS => run::<IQ4XS, IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, o, sc, next),
+            Q6K => run::<Q6K, Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, o, sc, next),
+            Q5K => run::<Q5K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, o, sc, next),
+            _ => run::<Q4K, Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, tail, o, sc, next),
         }
     }
 }
@@ -302,8 +303,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
     astride: usize,
     m: usize,
     tail: *const u8,
-    out: &mut [f32],
-    ostride: usize,
+    o: x86_pack16::Out,
     sc: &mut ScratchAmx,
     next: Option<(*const u8, usize)>,
 ) {
@@ -382,7 +382,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                     }
                 }
                 for (j, v) in s1.iter().chain(&s2).enumerate() {
-                    x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
+                    x86_pack16::store_rows(*v, nr, o, t0 + j);
                 }
                 t0 += 32;
                 continue;
@@ -391,7 +391,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
             if mt <= VNNI_TAIL {
                 // a few tokens left: `x86_pack16`'s tiles over the packed blocks (a padded
                 // tile product would compute 16)
-                x86_pack16::run::<F, S>(nb, nr, src, a.add(t0 * astride), astride, mt, x86_pack16::Out::rows(&mut out[t0..], ostride), &mut sc.pk, None, true);
+                x86_pack16::run::<F, S>(nb, nr, src, a.add(t0 * astride), astride, mt, o.at(0, t0), &mut sc.pk, None, true);
                 break;
             }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };
@@ -431,7 +431,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
                 }
             }
             for (j, v) in sumf.iter().enumerate().take(mt) {
-                x86_pack16::store_rows(*v, nr, out, ostride, t0 + j);
+                x86_pack16::store_rows(*v, nr, o, t0 + j);
             }
             t0 += mt;
         }

@@ -4,7 +4,7 @@
 //! Q8_0 `rows16` blocks are signed B tiles as they lie in memory: two token tiles share
 //! each B load (`run_amx2`); other sources pack B per block (`run_amx`).
 
-use super::x86_pack16::store_rows;
+use super::x86_pack16::{store_rows, Out};
 use super::x86::prefetch_share;
 use super::x86_pack_q8::{PackedQ8, SrcQ8};
 use std::arch::asm;
@@ -92,8 +92,7 @@ pub(super) unsafe fn run_amx<const F: u8, S: SrcQ8>(
     da: *const f32,
     mt: usize,
     nr: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     pf: Option<(*const u8, usize)>,
 ) {
     use super::x86_amx::{tile_issue, tile_store};
@@ -156,7 +155,7 @@ pub(super) unsafe fn run_amx<const F: u8, S: SrcQ8>(
             }
         }
         for (j, v) in acc.iter().enumerate().take(mt) {
-            store_rows(*v, nr, out, ostride, j);
+            store_rows(*v, nr, o, j);
         }
     }
 }
@@ -173,8 +172,7 @@ pub(super) unsafe fn run_amx2<const F: u8, S: SrcQ8>(
     da: [*const f32; 2],
     mt: [usize; 2],
     nr: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     pf: Option<(*const u8, usize)>,
 ) {
     let mut acc = [[_mm512_setzero_ps(); 16]; 2];
@@ -224,7 +222,7 @@ pub(super) unsafe fn run_amx2<const F: u8, S: SrcQ8>(
         }
         for (h, acc) in acc.iter().enumerate() {
             for (j, v) in acc.iter().enumerate().take(mt[h]) {
-                store_rows(*v, nr, out, ostride, 16 * h + j);
+                store_rows(*v, nr, o, 16 * h + j);
             }
         }
     }

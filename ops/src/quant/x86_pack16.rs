@@ -33,14 +33,25 @@ pub(super) unsafe fn bcast4(p: *const u8) -> __m512i {
     _mm512_set1_epi32(unsafe { (p as *const i32).read_unaligned() })
 }
 
-/// Lanes `0..nr` of `v` (one token's results, lane r = row r) into `out[r·ostride + col]`.
+/// Lanes `0..nr` of `v` (one token's results, lane r = row r) into rows `0..nr`, token
+/// `col` of `o`: one masked store token-major, else row by row.
+///
+/// # Safety
+/// AVX-512 F available; `o` holds rows `0..nr` × token `col` (`Out`'s contract).
 #[inline(always)]
-pub(super) unsafe fn store_rows(v: __m512, nr: usize, out: &mut [f32], ostride: usize, col: usize) {
-    let mut l = [0f32; 16];
-    // SAFETY: 16 writable floats; AVX-512 enabled in every caller.
-    unsafe { _mm512_storeu_ps(l.as_mut_ptr(), v) };
-    for (r, &x) in l.iter().enumerate().take(nr) {
-        out[r * ostride + col] = x;
+pub(super) unsafe fn store_rows(v: __m512, nr: usize, o: Out, col: usize) {
+    // SAFETY (whole body): AVX-512 enabled in every caller; the stores stay inside the
+    // rows and token the caller vouched for.
+    unsafe {
+        if o.rs == 1 {
+            let mask: __mmask16 = if nr >= 16 { 0xffff } else { ((1u32 << nr) - 1) as __mmask16 };
+            return _mm512_mask_storeu_ps(o.p.add(col * o.ts), mask, v);
+        }
+        let mut l = [0f32; 16];
+        _mm512_storeu_ps(l.as_mut_ptr(), v);
+        for (r, &x) in l.iter().enumerate().take(nr) {
+            *o.p.add(r * o.rs + col * o.ts) = x;
+        }
     }
 }
 

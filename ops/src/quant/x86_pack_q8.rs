@@ -21,7 +21,7 @@ use super::legacy::Q4_0_BYTES;
 use super::mxfp4::{e8m0_to_f32_half, KVALUES_MXFP4, MXFP4_BYTES};
 use super::q8::Q8_0_BYTES;
 use super::x86::prefetch_share;
-use super::x86_pack16::{bcast4, join, store_rows, transpose16x8, IQ4NL_U8};
+use super::x86_pack16::{bcast4, join, store_rows, transpose16x8, Out, IQ4NL_U8};
 use super::x86_tile::{f16, nibbles32, table16};
 use super::x86_amx_q8::{amx_tiles, run_amx, run_amx2};
 use std::arch::x86_64::*;
@@ -276,7 +276,7 @@ pub unsafe fn prepare(nb: usize, a: *const u8, astride: usize, m: usize, sc: &mu
 const TOKENS: usize = 8;
 
 /// 16 rows (`nr` stored) from `src` against `M` tokens at `a + j·astride` (corrections
-/// `corr + nb·j`): `out[r·ostride + j]`; `pf` (pointer, bytes) prefetched meanwhile, a
+/// `corr + nb·j`): row r, token j of `o`; `pf` (pointer, bytes) prefetched meanwhile, a
 /// share per block.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -288,8 +288,7 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
     corr: *const i32,
     da: *const f32,
     nr: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     pf: Option<(*const u8, usize)>,
 ) {
     let mut acc = [_mm512_setzero_ps(); M];
@@ -312,7 +311,7 @@ unsafe fn run<const F: u8, const M: usize, S: SrcQ8>(
             }
         }
         for (j, v) in acc.iter().enumerate() {
-            store_rows(*v, nr, out, ostride, j);
+            store_rows(*v, nr, o, j);
         }
     }
 }
@@ -329,8 +328,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
     m: usize,
     sc: Prep<'_>,
     nr: usize,
-    out: &mut [f32],
-    ostride: usize,
+    o: Out,
     next: Option<(*const u8, usize)>,
 ) {
     let Prep { corr, da, tiles: at } = sc;
@@ -348,7 +346,7 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
             let at2 = [at[512 * nb * (t / 16)..].as_ptr(), at[512 * nb * (t1 / 16)..].as_ptr()];
             let da2 = [da[nb * t..].as_ptr(), da[nb * t1..].as_ptr()];
             // SAFETY: the caller's contract, for tokens t..t + 32 (padded past m).
-            unsafe { run_amx2::<F, S>(nb, src, at2, da2, [16.min(m - t), mt1], nr, &mut out[t..], ostride, pf) };
+            unsafe { run_amx2::<F, S>(nb, src, at2, da2, [16.min(m - t), mt1], nr, o.at(0, t), pf) };
         }
     } else if tiles > 0 {
         // SAFETY: AMX usable (`prepare` made tiles only where `has_amx`).
@@ -356,15 +354,15 @@ unsafe fn tokens<const F: u8, S: SrcQ8>(
         for t in (0..tiles * 16).step_by(16) {
             let pf = if t == 0 { next } else { None };
             // SAFETY: the caller's contract, for tokens t..t + 16 (padded past m).
-            unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, &mut out[t..], ostride, pf) };
+            unsafe { run_amx::<F, S>(nb, src, at[512 * nb * (t / 16)..].as_ptr(), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), 16.min(m - t), nr, o.at(0, t), pf) };
         }
     }
     for t in ((tiles * 16).min(m)..m).step_by(TOKENS) {
-        let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), &mut out[t..], if t == 0 { next } else { None });
+        let (a, c, d, o, pf) = (a.wrapping_add(t * astride), corr[nb * t..].as_ptr(), da[nb * t..].as_ptr(), o.at(0, t), if t == 0 { next } else { None });
         macro_rules! go {
             ($m:literal) => {
                 // SAFETY: the caller's contract, for tokens t..t + $m.
-                unsafe { run::<F, $m, S>(nb, src, a, astride, c, d, nr, o, ostride, pf) }
+                unsafe { run::<F, $m, S>(nb, src, a, astride, c, d, nr, o, pf) }
             };
         }
         tokens_upto8!(m - t, go)
@@ -400,7 +398,7 @@ pub unsafe fn group16_q8(
             // SAFETY: the caller's contract; `pack` fills nb blocks.
             unsafe {
                 pack::<{ $f }>(nb, nr, w, ws, &mut sc.pks);
-                tokens::<{ $f }, Packed>(nb, Packed(sc.pks.as_ptr()), a, astride, m, Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles }, nr, out, ostride, next)
+                tokens::<{ $f }, Packed>(nb, Packed(sc.pks.as_ptr()), a, astride, m, Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles }, nr, Out::rows(out, ostride), next)
             }
         };
     }
@@ -453,15 +451,15 @@ pub(crate) unsafe fn repack(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, n
     }
 }
 
-/// `out[r·ostride + j]` = row r of `w` (`rows` rows of `n` elements of `kind` in the
+/// Row r, token j of `o` = row r of `w` (`rows` rows of `n` elements of `kind` in the
 /// `rows16` layout) · token j (`m` Q8_0 rows `astride` apart at `a`): bitwise `vec_dot`.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` (a multiple of 16) rows, `a` `m`
-/// tokens, `out` `(rows − 1)·ostride + m` floats (checked by `quant::rows16::vec_dot_block`).
+/// tokens, `o` every (row, token) (checked by `quant::rows16`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: Out) {
     let nb = n / 32;
     let rb = nb * block_bytes(kind);
     super::x86_block::PACKED_Q8.with(|sc| {
@@ -469,11 +467,11 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         // SAFETY: m activation rows of nb blocks (the caller's contract).
         unsafe { prepare(nb, a.as_ptr(), astride, m, sc, kind == Q8_0) };
         super::x86_rows16::groups::<16>(w, rows, rb, |g, next| {
-            let (src, o, c) = (Pre(w[g * rb..].as_ptr()), &mut out[g * ostride..], Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
+            let (src, o, c) = (Pre(w[g * rb..].as_ptr()), o.at(g, 0), Prep { corr: &sc.corr, da: &sc.da, tiles: &sc.tiles });
             macro_rules! go {
                 ($f:expr) => {
                     // SAFETY: 16 rows of nb blocks at src, m tokens (the caller's contract).
-                    unsafe { tokens::<{ $f }, Pre>(nb, src, a.as_ptr(), astride, m, c, 16, o, ostride, next) }
+                    unsafe { tokens::<{ $f }, Pre>(nb, src, a.as_ptr(), astride, m, c, 16, o, next) }
                 };
             }
             match kind {

@@ -215,57 +215,36 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
     }
 }
 
-/// Where [`block`] writes: `out[r·ostride + j]` (row-major, any kernel), or token-major
-/// `p[j·tstride + r]` (the fused and packed kernels only: [`takes_tokens`]).
-pub(crate) enum Dst<'a> {
-    Rows(&'a mut [f32], usize),
-    Tokens(*mut f32, usize),
-}
-
-/// Whether [`block`] can write token-major for `kind` and `m` tokens: the fused and
-/// packed kernels (not the Q8_0-activation formats', not the AMX tiles).
-pub(crate) fn takes_tokens(kind: u8, n: usize, m: usize, astride: usize) -> bool {
-    use super::x86_block::{takes_amx, KNOB_FUSED_UPTO};
-    let fused = m <= super::x86_block::knob(KNOB_FUSED_UPTO, FUSED_UPTO);
-    !q8_family(kind) && (fused || !takes_amx(kind, m, n, astride))
-}
-
 /// Row r of `w` (`rows` rows of `n` elements of format `kind` in the `rows16` layout,
-/// `rows` a multiple of 16) · token j (`m` Q8_K rows `astride` apart at `a`) into `dst`:
+/// `rows` a multiple of 16) · token j (`m` Q8_K rows `astride` apart at `a`) into row r,
+/// token j of `o` (row- or token-major, `x86_pack16::Out`):
 /// bitwise `vec_dot` of the plain row. One to `MAX_FUSED` tokens: the fused kernel
 /// (every decoded vector straight into the products); more: the decoded super-blocks
 /// once for all the tokens (AMX tiles where `takes_amx` says so).
 ///
 /// # Safety
-/// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` rows, `a` `m` tokens, `dst` every
-/// (row, token) (checked by `quant::rows16`); token-major only where [`takes_tokens`].
+/// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` rows, `a` `m` tokens, `o` every
+/// (row, token) (checked by `quant::rows16`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, mut dst: Dst<'_>) {
+pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
     use super::x86_block::{padded_tail, takes_amx, AMX, PACKED16, SCALES16};
-    use super::x86_pack16::Out;
     use super::{x86_amx, x86_fused16, x86_pack16};
     if q8_family(kind) {
-        let Dst::Rows(out, ostride) = dst else { unreachable!("token-major Q8_0-family block: takes_tokens says no") };
         // SAFETY: the caller's contract.
-        return unsafe { super::x86_pack_q8::block(kind, n, w, rows, a, astride, m, out, ostride) };
+        return unsafe { super::x86_pack_q8::block(kind, n, w, rows, a, astride, m, o) };
     }
     let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
     let ap = a.as_ptr();
     let fused = m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, FUSED_UPTO);
     let amx = !fused && takes_amx(kind, m, n, astride);
-    debug_assert!(!amx || matches!(dst, Dst::Rows(..)), "token-major AMX block: takes_tokens says no");
     // (every path's scratch borrowed once per call, whichever runs)
     SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| {
         let (pk, p16, am) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut());
         let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
         groups::<16>(w, rows, rb, |g, next| {
             let src = Pre { p: w[g * rb..].as_ptr() };
-            let o = match &mut dst {
-                Dst::Rows(out, ostride) => Out::rows(&mut out[g * *ostride..], *ostride),
-                // SAFETY: the caller's contract (rows g.. of every token are its to write)
-                Dst::Tokens(p, ts) => unsafe { Out::tokens(p.add(g), *ts) },
-            };
+            let o = o.at(g, 0);
             // `$f`: the format, `$d`: its dot formula (Q5_K dots as Q4_K)
             macro_rules! go {
                 ($f:expr, $d:expr) => {
@@ -284,8 +263,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                                 }
                             }
                         } else if amx {
-                            let Dst::Rows(out, ostride) = &mut dst else { unreachable!() };
-                            x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, &mut out[g * *ostride..], *ostride, &mut am.0, next)
+                            x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, &mut am.0, next)
                         } else {
                             x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, p16, next, false)
                         }
