@@ -93,7 +93,7 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
         unsafe {
             match kind_here(ty).expect("available") {
                 (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)),
-                (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, out, ostride),
+                (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)),
             }
         }
         return;
@@ -126,10 +126,16 @@ pub unsafe fn vec_dot_block_tokens(ty: GgmlType, n: usize, w: &[u8], rows: usize
             && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
             && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
             && rows <= tstride;
-        if let (true, Some((true, kind))) = (ok, kind_here(ty)) {
-            // SAFETY: VNNI detected (the 16-row layout); the lengths checked above,
-            // `out`'s extent the caller's contract.
-            unsafe { super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::tokens(out, tstride)) };
+        if let (true, Some((wide, kind))) = (ok, kind_here(ty)) {
+            // SAFETY: VNNI (the 16-row layout) or AVX2 (8-row) detected; the lengths
+            // checked above, `out`'s extent the caller's contract.
+            unsafe {
+                let o = super::x86_pack16::Out::tokens(out, tstride);
+                match wide {
+                    true => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, o),
+                    false => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, o),
+                }
+            }
             return true;
         }
     }

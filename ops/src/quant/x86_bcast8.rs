@@ -24,6 +24,7 @@
 //! bitwise the 8-row kernel's, and `vec_dot`'s.
 
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
+use super::x86_out::Out;
 use super::x86_pack8::{bcast4, corr8, pack_scales8, store_rows8, term8, Packed8, Q4K};
 use super::x86_rows8::{block_bytes, Pre8, Src8};
 use std::arch::x86_64::*;
@@ -134,7 +135,7 @@ unsafe fn tile<const T: usize>(blk: *const u8, pk: &Packed8, acts: &[__m256i], y
 /// `(rows − 1)·ostride + m` floats.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn run(nb: usize, w: *const u8, rows: usize, a: *const u8, astride: usize, m: usize, out: &mut [f32], ostride: usize, sc: &mut Scratch) {
+pub(super) unsafe fn run(nb: usize, w: *const u8, rows: usize, a: *const u8, astride: usize, m: usize, out: Out, sc: &mut Scratch) {
     let groups = rows / 8;
     let gbytes = 8 * nb * block_bytes::<Q4K>();
     let Scratch { acts, yd, sums, pk } = sc;
@@ -193,7 +194,7 @@ pub(super) unsafe fn run(nb: usize, w: *const u8, rows: usize, a: *const u8, ast
         for g in 0..groups {
             for (j, v) in sums[g * CHUNK..g * CHUNK + mc].iter().enumerate() {
                 // SAFETY: AVX2 enabled in every caller; out holds the group's 8 rows.
-                unsafe { store_rows8(*v, 8, &mut out[8 * g * ostride..], ostride, c0 + j) };
+                unsafe { store_rows8(*v, 8, out.at(8 * g, 0), c0 + j) };
             }
         }
         c0 += mc;

@@ -15,6 +15,7 @@
 //! single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::x86_out::Out;
 use super::x86_pack8::{bcast4, finish8, nib_hi, nib_lo, pack_scales8, q5_elems, q6_elems, store_rows8, Packed8, IQ4XS, Q4K, Q5K, Q6K};
 use super::x86_rows8::{Rows8, Src8};
 use std::arch::x86_64::*;
@@ -227,7 +228,7 @@ pub unsafe fn group8_fused(
     next: Option<(*const u8, usize)>,
 ) {
     // SAFETY: the caller's contract.
-    unsafe { run_src::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, pk, next) }
+    unsafe { run_src::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, Out::rows(out, ostride), pk, next) }
 }
 
 /// `group8_fused` for format `F` (Q4_K: 1..=`MAX_FUSED` tokens; Q5_K, Q6_K, IQ4_XS:
@@ -245,8 +246,7 @@ pub(super) unsafe fn run_src<const F: u8, S: Src8>(
     a: *const u8,
     astride: usize,
     m: usize,
-    out: &mut [f32],
-    ostride: usize,
+    out: Out,
     pk: &mut Packed8,
     next: Option<(*const u8, usize)>,
 ) {
@@ -254,9 +254,9 @@ pub(super) unsafe fn run_src<const F: u8, S: Src8>(
     // SAFETY (each arm): the caller's contract.
     unsafe {
         match m {
-            1 => run::<F, 1, S>(nb, nr, src, a, astride, out, ostride, pk, next),
-            2 => run::<F, 2, S>(nb, nr, src, a, astride, out, ostride, pk, next),
-            _ if F == Q4K => run::<Q4K, 3, S>(nb, nr, src, a, astride, out, ostride, pk, next),
+            1 => run::<F, 1, S>(nb, nr, src, a, astride, out, pk, next),
+            2 => run::<F, 2, S>(nb, nr, src, a, astride, out, pk, next),
+            _ if F == Q4K => run::<Q4K, 3, S>(nb, nr, src, a, astride, out, pk, next),
             _ => unreachable!("the fused Q5_K / Q6_K / IQ4_XS kernels take at most 2 tokens"),
         }
     }
@@ -270,8 +270,7 @@ unsafe fn run<const F: u8, const M: usize, S: Src8>(
     src: S,
     a: *const u8,
     astride: usize,
-    out: &mut [f32],
-    ostride: usize,
+    out: Out,
     pk: &mut Packed8,
     next: Option<(*const u8, usize)>,
 ) {
@@ -293,6 +292,6 @@ unsafe fn run<const F: u8, const M: usize, S: Src8>(
     }
     for (j, v) in sumf.iter().enumerate() {
         // SAFETY: AVX2 enabled in every caller.
-        unsafe { store_rows8(*v, nr, out, ostride, j) };
+        unsafe { store_rows8(*v, nr, out, j) };
     }
 }

@@ -55,38 +55,7 @@ pub(super) unsafe fn store_rows(v: __m512, nr: usize, o: Out, col: usize) {
     }
 }
 
-/// Where a 16-row kernel's results go: row r, token j at `p + r·rs + j·ts`. Row-major
-/// (`rows`: `[rows][tokens]`, ts = 1) or token-major (`tokens`: `[tokens][rows]`, rs =
-/// 1: a batch's `[t][n]` output written in place, no transpose after).
-#[derive(Clone, Copy)]
-pub(crate) struct Out {
-    p: *mut f32,
-    rs: usize,
-    ts: usize,
-}
-
-impl Out {
-    /// `out[r·ostride + j]`: the kernels' row-major contract (the caller checks that
-    /// `out` holds every (row, token) it will write).
-    pub(crate) fn rows(out: &mut [f32], ostride: usize) -> Out {
-        Out { p: out.as_mut_ptr(), rs: ostride, ts: 1 }
-    }
-
-    /// `p[j·tstride + r]`.
-    ///
-    /// # Safety
-    /// Every (row, token) the kernel will write is inside `p`'s allocation and written
-    /// by no one else meanwhile.
-    pub(crate) unsafe fn tokens(p: *mut f32, tstride: usize) -> Out {
-        Out { p, rs: 1, ts: tstride }
-    }
-
-    /// The same layout from row `r`, token `j` on.
-    #[inline(always)]
-    pub(crate) fn at(self, r: usize, j: usize) -> Out {
-        Out { p: self.p.wrapping_add(r * self.rs + j * self.ts), ..self }
-    }
-}
+pub(crate) use super::x86_out::Out;
 
 /// Row r, token `col + j` of `o` = lane r of `v[j]` for r < `nr`, j < M ≤ 8. Token-major:
 /// each token's vector is its rows already, one masked store each. Row-major: the tile

@@ -19,6 +19,7 @@
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
 use super::x86_rows8::{Rows8, Src8};
 use super::x86_tile::{ld, MAX_TILE};
+use super::x86_out::Out;
 use std::arch::x86_64::*;
 
 /// The formats (`const F`): the K-quant's bit width; IQ4_XS (`x86_pack16`'s code).
@@ -286,18 +287,25 @@ pub(super) unsafe fn pack_scales8<const F: u8, S: Src8>(src: S, pk: &mut Packed8
     }
 }
 
-/// `out[r·ostride + col]` = lane r of `v` for r < `nr` (`x86_pack16::store_rows` on 8
-/// lanes).
+/// Lanes `0..nr` of `v` (one token's results, lane r = row r) into rows `0..nr`, token
+/// `col` of `o` (`x86_pack16::store_rows` on 8 lanes): one store token-major (a whole
+/// group), else row by row.
 ///
 /// # Safety
-/// AVX enabled in the caller.
+/// AVX enabled in the caller; `o` holds rows `0..nr` × token `col` (`Out`'s contract).
 #[inline(always)]
-pub(super) unsafe fn store_rows8(v: __m256, nr: usize, out: &mut [f32], ostride: usize, col: usize) {
-    let mut l = [0f32; 8];
-    // SAFETY: 8 writable floats; AVX enabled in every caller.
-    unsafe { _mm256_storeu_ps(l.as_mut_ptr(), v) };
-    for (r, &x) in l.iter().enumerate().take(nr) {
-        out[r * ostride + col] = x;
+pub(super) unsafe fn store_rows8(v: __m256, nr: usize, o: Out, col: usize) {
+    // SAFETY (whole body): AVX enabled in every caller; the stores stay inside the rows
+    // and token the caller vouched for.
+    unsafe {
+        if o.rs == 1 && nr >= 8 {
+            return _mm256_storeu_ps(o.p.add(col * o.ts), v);
+        }
+        let mut l = [0f32; 8];
+        _mm256_storeu_ps(l.as_mut_ptr(), v);
+        for (r, &x) in l.iter().enumerate().take(nr) {
+            *o.p.add(r * o.rs + col * o.ts) = x;
+        }
     }
 }
 
@@ -483,13 +491,14 @@ pub unsafe fn group8(
     sc: &mut Scratch8,
     next: Option<(*const u8, usize)>,
 ) {
+    let o = Out::rows(out, ostride);
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            Q6K => run::<Q6K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
-            Q5K => run::<Q5K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
-            IQ4XS => run::<IQ4XS, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
-            _ => run::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, out, ostride, sc, next),
+            Q6K => run::<Q6K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, o, sc, next),
+            Q5K => run::<Q5K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, o, sc, next),
+            IQ4XS => run::<IQ4XS, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, o, sc, next),
+            _ => run::<Q4K, _>(nb, nr, Rows8 { xb: w, ws, nr }, a, astride, m, o, sc, next),
         }
     }
 }
@@ -505,8 +514,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
     a: *const u8,
     astride: usize,
     m: usize,
-    out: &mut [f32],
-    ostride: usize,
+    out: Out,
     sc: &mut Scratch8,
     next: Option<(*const u8, usize)>,
 ) {
@@ -541,7 +549,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
         }
         for (j, v) in o.iter().enumerate().take(m) {
             // SAFETY: AVX2 enabled in every caller.
-            unsafe { store_rows8(*v, nr, out, ostride, j) };
+            unsafe { store_rows8(*v, nr, out, j) };
         }
         return;
     }
@@ -579,7 +587,7 @@ pub(super) unsafe fn run<const F: u8, S: Src8>(
                 }
                 for (j, v) in o.iter().enumerate() {
                     // SAFETY: AVX2 enabled in every caller.
-                    unsafe { store_rows8(*v, nr, out, ostride, t0 + j) };
+                    unsafe { store_rows8(*v, nr, out, t0 + j) };
                 }
             }};
         }

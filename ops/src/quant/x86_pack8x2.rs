@@ -21,6 +21,7 @@
 //! lane is bitwise the 8-row kernel's, and `vec_dot`'s.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
+use super::x86_out::Out;
 use super::x86_pack8::{bcast4, bsums8, corr8, pack8, store_rows8, term8, Packed8, Q4K};
 use super::x86_rows8::Src8;
 use std::arch::x86_64::*;
@@ -111,8 +112,7 @@ pub(super) unsafe fn run16<S: Src8>(
     a: *const u8,
     astride: usize,
     m: usize,
-    out: &mut [f32],
-    ostride: usize,
+    out: Out,
     next: Option<(*const u8, usize)>,
     sc: &mut Scratch,
 ) {
@@ -147,8 +147,8 @@ pub(super) unsafe fn run16<S: Src8>(
         for (j, v) in o[..mc].iter().enumerate() {
             // SAFETY: AVX2 enabled in every caller; out holds 16 rows of ostride.
             unsafe {
-                store_rows8(v[0], 8, out, ostride, c0 + j);
-                store_rows8(v[1], 8, &mut out[8 * ostride..], ostride, c0 + j);
+                store_rows8(v[0], 8, out, c0 + j);
+                store_rows8(v[1], 8, out.at(8, 0), c0 + j);
             }
         }
         c0 += mc;

@@ -248,12 +248,12 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 /// `out` `(rows − 1)·ostride + m` floats (checked by `quant::rows16::vec_dot_block`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: super::x86_out::Out) {
     use super::x86_block::{PACKED8, SCALES8};
     use super::{x86_fused8, x86_pack8, x86_pack8x2, x86_rows8_q8};
     if x86_rows8_q8::kind_is(kind) {
         // SAFETY: the caller's contract (32-element blocks).
-        return unsafe { x86_rows8_q8::block(kind, n / 32, w, rows, a, astride, m, out, ostride) };
+        return unsafe { x86_rows8_q8::block(kind, n / 32, w, rows, a, astride, m, out) };
     }
     let nb = n / 256;
     let rb = nb * match kind {
@@ -272,7 +272,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     use super::x86_block::KNOB_PACK8_BCAST_FROM;
     if kind == Q4K && !in_regs && m >= knob(KNOB_PACK8_BCAST_FROM, super::x86_bcast8::BCAST_FROM) && m <= super::x86_bcast8::BCAST_TO {
         // SAFETY: rows laid-out rows of nb blocks, m tokens (the caller's contract).
-        super::x86_block::BCAST8.with(|sc| unsafe { super::x86_bcast8::run(nb, w.as_ptr(), rows, ap, astride, m, out, ostride, &mut sc.borrow_mut()) });
+        super::x86_block::BCAST8.with(|sc| unsafe { super::x86_bcast8::run(nb, w.as_ptr(), rows, ap, astride, m, out, &mut sc.borrow_mut()) });
         return;
     }
     // Q4_K from `x86_pack8x2::PAIRS_FROM` tokens: two groups a pass (the last 8 rows
@@ -285,7 +285,7 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         super::x86_rows16::groups::<16>(w, paired, rb, |g, next| {
             let (s0, s1) = (Pre8 { p: w[g * rb..].as_ptr() }, Pre8 { p: w[(g + 8) * rb..].as_ptr() });
             // SAFETY: 16 rows of nb blocks at s0 / s1 and m tokens (the caller's contract).
-            unsafe { x86_pack8x2::run16::<Pre8>(nb, s0, s1, ap, astride, m, &mut out[g * ostride..], ostride, next, sc) };
+            unsafe { x86_pack8x2::run16::<Pre8>(nb, s0, s1, ap, astride, m, out.at(g, 0), next, sc) };
         });
     });
     if paired == rows {
@@ -296,22 +296,22 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
         super::x86_rows16::groups::<8>(&w[paired * rb..], rows - paired, rb, |g, next| {
             let g = paired + g;
             let src = Pre8 { p: w[g * rb..].as_ptr() };
-            let o = &mut out[g * ostride..];
+            let o = out.at(g, 0);
             // SAFETY: 8 rows of nb blocks at src and m tokens (the caller's contract).
             unsafe {
                 if in_regs {
                     match kind {
-                        Q6K => x86_fused8::run_src::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
-                        Q5K => x86_fused8::run_src::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
-                        IQ4XS => x86_fused8::run_src::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
-                        _ => x86_fused8::run_src::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, pk, next),
+                        Q6K => x86_fused8::run_src::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, pk, next),
+                        Q5K => x86_fused8::run_src::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, pk, next),
+                        IQ4XS => x86_fused8::run_src::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, pk, next),
+                        _ => x86_fused8::run_src::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, pk, next),
                     }
                 } else {
                     match kind {
-                        Q6K => x86_pack8::run::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
-                        Q5K => x86_pack8::run::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
-                        IQ4XS => x86_pack8::run::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
-                        _ => x86_pack8::run::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, ostride, p8, next),
+                        Q6K => x86_pack8::run::<Q6K, Pre8>(nb, 8, src, ap, astride, m, o, p8, next),
+                        Q5K => x86_pack8::run::<Q5K, Pre8>(nb, 8, src, ap, astride, m, o, p8, next),
+                        IQ4XS => x86_pack8::run::<IQ4XS, Pre8>(nb, 8, src, ap, astride, m, o, p8, next),
+                        _ => x86_pack8::run::<Q4K, Pre8>(nb, 8, src, ap, astride, m, o, p8, next),
                     }
                 }
             }

@@ -25,6 +25,7 @@ use super::mxfp4::KVALUES_MXFP4;
 use super::q8::Q8_0_BYTES;
 use super::x86_tile::{f16, ld, table16};
 use super::x86_pack8::{nib_hi, nib_lo};
+use super::x86_out::Out;
 use std::arch::x86_64::*;
 
 /// The layout's kinds in `x86_rows8` (distinct from `x86_pack8`'s K-quant kinds).
@@ -155,10 +156,10 @@ unsafe fn step(acc: &mut __m256, sumi: __m256i, dw: __m256, da: f32) {
 /// # Safety
 /// AVX enabled in the caller.
 #[inline(always)]
-unsafe fn store<const M: usize>(acc: &[__m256; M], out: &mut [f32], ostride: usize) {
+unsafe fn store<const M: usize>(acc: &[__m256; M], out: Out) {
     for (j, v) in acc.iter().enumerate() {
         // SAFETY: the caller's.
-        unsafe { super::x86_pack8::store_rows8(*v, 8, out, ostride, j) };
+        unsafe { super::x86_pack8::store_rows8(*v, 8, out, j) };
     }
 }
 
@@ -171,7 +172,7 @@ unsafe fn store<const M: usize>(acc: &[__m256; M], out: &mut [f32], ostride: usi
 /// of `nb` blocks, `da` `M·nb` scales, `out` holds `7·ostride + M` floats.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
+unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], out: Out, pf: Option<(*const u8, usize)>) {
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); M];
     // SAFETY (whole body): the caller's contract; a prefetch never faults.
@@ -212,7 +213,7 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
                 step(acc, _mm256_add_epi32(f, half!(1, j, q0, q1, q2, q3, a0, a1, a2, a3)), dw, *da.get_unchecked(j * nb + i));
             }
         }
-        store(&acc, out, ostride);
+        store(&acc, out);
     }
 }
 
@@ -225,7 +226,7 @@ unsafe fn run<const F: u8, const M: usize>(nb: usize, p: *const u8, a: *const u8
 /// As [`run`]; `corr` holds `M·nb` corrections.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], corr: &[i32], out: &mut [f32], ostride: usize, pf: Option<(*const u8, usize)>) {
+unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride: usize, da: &[f32], corr: &[i32], out: Out, pf: Option<(*const u8, usize)>) {
     use super::x86_pack8::bcast4;
     let ones = _mm256_set1_epi16(1);
     let mut acc = [_mm256_setzero_ps(); M];
@@ -256,7 +257,7 @@ unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride:
                 step(acc, sumi, dw, *da.get_unchecked(j * nb + i));
             }
         }
-        store(&acc, out, ostride);
+        store(&acc, out);
     }
 }
 
@@ -271,21 +272,21 @@ unsafe fn run_q4<const M: usize>(nb: usize, p: *const u8, a: *const u8, astride:
 /// features, not `inline(always)`: its closure takes them from here.)
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, astride: usize, da: &[f32], corr: &[i32], m: usize, out: &mut [f32], ostride: usize) {
+unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, astride: usize, da: &[f32], corr: &[i32], m: usize, out: Out) {
     let rb = nb * format::<F>().0;
     super::x86_rows16::groups::<8>(w, rows, rb, |g, next| {
         let p = w[g * rb..].as_ptr();
-        let o = &mut out[g * ostride..];
+        let o = out.at(g, 0);
         for t in (0..m).step_by(TOKENS) {
-            let (at, o, pf, d) = (a.wrapping_add(t * astride), &mut o[t..], if t == 0 { next } else { None }, &da[t * nb..]);
+            let (at, o, pf, d) = (a.wrapping_add(t * astride), o.at(0, t), if t == 0 { next } else { None }, &da[t * nb..]);
             macro_rules! go {
                 ($m:literal) => {
                     // SAFETY: the caller's contract, for tokens t..t + $m.
                     unsafe {
                         if F == Q4_0 {
-                            run_q4::<$m>(nb, p, at, astride, d, &corr[t * nb..], o, ostride, pf)
+                            run_q4::<$m>(nb, p, at, astride, d, &corr[t * nb..], o, pf)
                         } else {
-                            run::<F, $m>(nb, p, at, astride, d, o, ostride, pf)
+                            run::<F, $m>(nb, p, at, astride, d, o, pf)
                         }
                     }
                 };
@@ -304,7 +305,7 @@ unsafe fn groups<const F: u8>(nb: usize, w: &[u8], rows: usize, a: *const u8, as
 /// tokens, `out` `(rows − 1)·ostride + m` floats (checked by `quant::rows16`).
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: &mut [f32], ostride: usize) {
+pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, out: Out) {
     let ap = a.as_ptr();
     PREP.with(|prep| {
         let (da, corr) = &mut *prep.borrow_mut();
@@ -322,10 +323,10 @@ pub(crate) unsafe fn block(kind: u8, nb: usize, w: &[u8], rows: usize, a: &[u8],
         // SAFETY: the caller's contract.
         unsafe {
             match kind {
-                Q4_0 => groups::<Q4_0>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
-                IQ4NL => groups::<IQ4NL>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
-                MXFP4 => groups::<MXFP4>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
-                _ => groups::<Q8_0>(nb, w, rows, ap, astride, da, corr, m, out, ostride),
+                Q4_0 => groups::<Q4_0>(nb, w, rows, ap, astride, da, corr, m, out),
+                IQ4NL => groups::<IQ4NL>(nb, w, rows, ap, astride, da, corr, m, out),
+                MXFP4 => groups::<MXFP4>(nb, w, rows, ap, astride, da, corr, m, out),
+                _ => groups::<Q8_0>(nb, w, rows, ap, astride, da, corr, m, out),
             }
         }
     });
