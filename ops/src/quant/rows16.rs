@@ -125,7 +125,8 @@ pub unsafe fn vec_dot_block_tokens(ty: GgmlType, n: usize, w: &[u8], rows: usize
         let ok = available(ty, n, rows)
             && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
             && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
-            && rows <= tstride;
+            && rows <= tstride
+            && super::x86_block::knob(super::x86_block::KNOB_TOKEN_MAJOR, 1) != 0;
         if let (true, Some((wide, kind))) = (ok, kind_here(ty)) {
             // SAFETY: VNNI (the 16-row layout) or AVX2 (8-row) detected; the lengths
             // checked above, `out`'s extent the caller's contract.
