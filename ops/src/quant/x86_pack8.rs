@@ -19,6 +19,7 @@
 use super::q8::{Q8_K_BSUMS, Q8_K_BYTES, Q8_K_QS};
 use super::x86_rows8::{Rows8, Src8};
 use super::x86_tile::{ld, MAX_TILE};
+pub(super) use super::x86_out::store_rows8;
 use super::x86_out::Out;
 use std::arch::x86_64::*;
 
@@ -283,28 +284,6 @@ pub(super) unsafe fn pack_scales8<const F: u8, S: Src8>(src: S, pk: &mut Packed8
             }
             pk.d = src.halves::<F>(0);
             pk.dm = src.halves::<F>(2);
-        }
-    }
-}
-
-/// Lanes `0..nr` of `v` (one token's results, lane r = row r) into rows `0..nr`, token
-/// `col` of `o` (`x86_pack16::store_rows` on 8 lanes): one store token-major (a whole
-/// group), else row by row.
-///
-/// # Safety
-/// AVX enabled in the caller; `o` holds rows `0..nr` × token `col` (`Out`'s contract).
-#[inline(always)]
-pub(super) unsafe fn store_rows8(v: __m256, nr: usize, o: Out, col: usize) {
-    // SAFETY (whole body): AVX enabled in every caller; the stores stay inside the rows
-    // and token the caller vouched for.
-    unsafe {
-        if o.rs == 1 && nr >= 8 {
-            return _mm256_storeu_ps(o.p.add(col * o.ts), v);
-        }
-        let mut l = [0f32; 8];
-        _mm256_storeu_ps(l.as_mut_ptr(), v);
-        for (r, &x) in l.iter().enumerate().take(nr) {
-            *o.p.add(r * o.rs + col * o.ts) = x;
         }
     }
 }
