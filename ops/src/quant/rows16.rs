@@ -107,9 +107,10 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
 }
 
 /// [`vec_dot_block`] written token-major: `out[j·tstride + r]` for `r < rows`, `j < m`
-/// (a batch's `[t][n]` output in place, rows `r0..` of it at `out`). Returns false, and
-/// writes nothing, where this CPU's kernels write only row-major (the AVX2 8-row layout)
-/// or the lengths do not fit: the caller then takes `vec_dot_block` and transposes.
+/// (a batch's `[t][n]` output in place, rows `r0..` of it at `out`), the kernels storing
+/// each token's rows as one vector. Returns false, and writes nothing, where this CPU has
+/// no layout for `ty`, the lengths do not fit, or knob 24 (`KNOB_TOKEN_MAJOR`) is 0: the
+/// caller then takes `vec_dot_block` and transposes.
 ///
 /// # Safety
 /// `out` is valid for writes at every `j·tstride + r` (`r < rows`, `j < m`), which no
