@@ -132,10 +132,9 @@ pub(crate) unsafe fn dot_rows_tokens(w: &WeightView<'_>, k: usize, r0: usize, nr
     if nr == 0 || t == 0 {
         return;
     }
-    let wrb = w.ty.row_bytes(k).unwrap_or(0);
-    if let (Some(p), true) = (w.rows16, r0 % 16 == 0 && nr % 16 == 0 && rows16_on()) {
+    if let Some(p) = rows16_block(w, k, r0, nr) {
         // SAFETY: the caller's contract on dst
-        if unsafe { quant::rows16::vec_dot_block_tokens(w.ty, k, p.get(r0 * wrb..).unwrap_or(&[]), nr, xq, rb, t, dst, tstride) } {
+        if unsafe { quant::rows16::vec_dot_block_tokens(w.ty, k, p, nr, xq, rb, t, dst, tstride) } {
             return;
         }
     }
@@ -168,13 +167,21 @@ thread_local! {
 /// is one and the block starts on a 16-row group, else from the plain rows.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &[u8], rb: usize, t: usize, out: &mut [f32], ostride: usize) {
-    let wrb = w.ty.row_bytes(k).unwrap_or(0);
-    match w.rows16 {
-        Some(p) if r0 % 16 == 0 && nr % 16 == 0 && rows16_on() => {
-            quant::rows16::vec_dot_block(w.ty, k, p.get(r0 * wrb..).unwrap_or(&[]), nr, xq, rb, t, out, ostride)
+    match rows16_block(w, k, r0, nr) {
+        Some(p) => quant::rows16::vec_dot_block(w.ty, k, p, nr, xq, rb, t, out, ostride),
+        None => {
+            let wrb = w.ty.row_bytes(k).unwrap_or(0);
+            quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride)
         }
-        _ => quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride),
     }
+}
+
+/// Rows `r0..` of `w`'s `rows16` copy, where there is one, the block `r0..r0 + nr` starts
+/// and ends on 16-row groups and the copies are read (`rows16_on`); else None (the plain
+/// rows).
+fn rows16_block<'a>(w: &WeightView<'a>, k: usize, r0: usize, nr: usize) -> Option<&'a [u8]> {
+    let p = w.rows16.filter(|_| r0 % 16 == 0 && nr % 16 == 0 && rows16_on())?;
+    Some(p.get(r0 * w.ty.row_bytes(k).unwrap_or(0)..).unwrap_or(&[]))
 }
 
 /// Rows a batched matmul task takes: `ROW_BLOCK_BATCH`; the Q8_0-activation formats 256

@@ -80,22 +80,11 @@ pub fn vec_dot_block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8],
     if m == 0 || rows == 0 {
         return;
     }
-    let ab = super::vec_dot_type(ty).row_bytes(n);
-    let ok = available(ty, n, rows)
-        && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
-        && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
-        && m <= ostride
-        && (rows - 1) * ostride + m <= out.len();
+    let ok = inputs_fit(ty, n, w, rows, acts, astride, m) && m <= ostride && (rows - 1) * ostride + m <= out.len();
     #[cfg(target_arch = "x86_64")]
     if ok {
-        // SAFETY: VNNI (16-row layout) or AVX2 (8-row) detected (`available`); the
-        // lengths checked above.
-        unsafe {
-            match kind_here(ty).expect("available") {
-                (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)),
-                (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)),
-            }
-        }
+        // SAFETY: the inputs checked by `inputs_fit`, out's extent above.
+        unsafe { block(ty, n, w, rows, acts, astride, m, super::x86_pack16::Out::rows(out, ostride)) };
         return;
     }
     let _ = ok;
@@ -121,26 +110,37 @@ pub unsafe fn vec_dot_block_tokens(ty: GgmlType, n: usize, w: &[u8], rows: usize
         return true;
     }
     #[cfg(target_arch = "x86_64")]
-    {
-        let ab = super::vec_dot_type(ty).row_bytes(n);
-        let ok = available(ty, n, rows)
-            && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
-            && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
-            && rows <= tstride
-            && super::x86_block::knob(super::x86_block::KNOB_TOKEN_MAJOR, 1) != 0;
-        if let (true, Some((wide, kind))) = (ok, kind_here(ty)) {
-            // SAFETY: VNNI (the 16-row layout) or AVX2 (8-row) detected; the lengths
-            // checked above, `out`'s extent the caller's contract.
-            unsafe {
-                let o = super::x86_pack16::Out::tokens(out, tstride);
-                match wide {
-                    true => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, o),
-                    false => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, o),
-                }
-            }
-            return true;
-        }
+    if inputs_fit(ty, n, w, rows, acts, astride, m) && rows <= tstride && super::x86_block::knob(super::x86_block::KNOB_TOKEN_MAJOR, 1) != 0 {
+        // SAFETY: the inputs checked by `inputs_fit`, `out`'s extent the caller's contract.
+        unsafe { block(ty, n, w, rows, acts, astride, m, super::x86_pack16::Out::tokens(out, tstride)) };
+        return true;
     }
     let _ = (ty, n, w, acts, astride, out, tstride);
     false
+}
+
+/// Whether this CPU has a layout for `ty` and `rows` rows of it at `w` and `m` activation
+/// rows at `acts` (`astride` apart) hold what the kernels read.
+fn inputs_fit(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8], astride: usize, m: usize) -> bool {
+    let ab = super::vec_dot_type(ty).row_bytes(n);
+    available(ty, n, rows)
+        && ty.row_bytes(n).is_some_and(|rb| w.len() >= rows * rb)
+        && ab.is_some_and(|ab| (m == 1 || ab <= astride) && (m - 1) * astride + ab <= acts.len())
+}
+
+/// The layout's kernels (16-row on AVX-512 VNNI, 8-row on plain AVX2) into `o`.
+///
+/// # Safety
+/// `inputs_fit` holds; `o` holds every (row, token) of the block (`Out`'s contract).
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block(ty: GgmlType, n: usize, w: &[u8], rows: usize, acts: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
+    // SAFETY: the layout's CPU features detected (`available`, in `inputs_fit`); the
+    // lengths and `o` the caller's contract.
+    unsafe {
+        match kind_here(ty).expect("available") {
+            (true, kind) => super::x86_rows16::block(kind, n, w, rows, acts, astride, m, o),
+            (false, kind) => super::x86_rows8::block(kind, n, w, rows, acts, astride, m, o),
+        }
+    }
 }

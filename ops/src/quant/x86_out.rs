@@ -60,8 +60,9 @@ pub(crate) unsafe fn store_rows(v: __m512, nr: usize, o: Out, col: usize) {
 }
 
 /// Row r, token `col + j` of `o` = lane r of `v[j]` for r < `nr`, j < M ≤ 8. Token-major:
-/// each token's vector is its rows already, one masked store each. Row-major: the tile
-/// transposed in registers by [`transpose16x8`] (an 8×8 transpose per 256-bit half, its
+/// each token's vector is its rows already, one masked store each ([`store_rows`]).
+/// Row-major: the tile transposed in registers by `x86_pack16::transpose16x8` (an 8×8
+/// transpose per 256-bit half, its
 /// own inverse: vector r then holds row r's M results low and row r + 8's high) and each
 /// row written as one masked store, instead of 16·M scalar stores through a stack copy
 /// (a pure move either way: the same values land).
@@ -76,9 +77,8 @@ pub(crate) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, o: O
     // the rows and tokens the caller vouched for.
     unsafe {
         if o.rs == 1 {
-            let mask: __mmask16 = if nr >= 16 { 0xffff } else { ((1u32 << nr) - 1) as __mmask16 };
             for (j, vj) in v.iter().enumerate() {
-                _mm512_mask_storeu_ps(o.p.add((col + j) * o.ts), mask, *vj);
+                store_rows(*vj, nr, o, col + j);
             }
             return;
         }
