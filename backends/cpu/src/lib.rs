@@ -249,7 +249,9 @@ fn dispatch_into(
             elementwise::slice_rows_into(ins, meta, *start, f32_out(out, meta))
         }
         Op::Reshape(_) if matches!(ins.first(), Some(Value::Act(t)) if t.dtype() == pn_ops::DType::F32) => {
-            f32_out(out, meta).copy_from_slice(ins[0].act().as_f32());
+            let (x, y) = (ins[0].act().as_f32(), f32_out(out, meta));
+            crate::norm::len_check("Reshape", x.len(), y.len())?;
+            par::copy(y, x);
             Ok(())
         }
         _ => {

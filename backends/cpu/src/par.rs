@@ -58,3 +58,11 @@ where
             .for_each(|(i, r)| f(i, r));
     }
 }
+
+/// `y.copy_from_slice(x)`, in parallel chunks when the copy is large (a prefill's
+/// reshapes and slices move megabytes; one thread's copy leaves the other idle).
+pub fn copy(y: &mut [f32], x: &[f32]) {
+    const CHUNK: usize = 1 << 14;
+    assert_eq!(y.len(), x.len(), "copy of {} floats into {}", x.len(), y.len());
+    rows(y, CHUNK, CHUNK, |i, r| r.copy_from_slice(&x[i * CHUNK..i * CHUNK + r.len()]));
+}

@@ -65,9 +65,9 @@ fn rope_rows(
         rope_angles(OP, mode, n_rot, freq_base, freq_scale, factors, 0, &mut cs)
     })?;
     crate::norm::len_check(OP, x.len(), y.len())?;
-    y.copy_from_slice(x);
-    // One row = all heads of one token (of one ne3 slice).
+    // One row = all heads of one token (of one ne3 slice), copied where it is rotated.
     par::rows(y, d * h, d * h + 8 * n_rot, |r, row| {
+        row.copy_from_slice(&x[r * d * h..(r + 1) * d * h]);
         let p = pos[r % t.max(1)];
         ANGLES.with(|cs| {
             let mut cs = cs.borrow_mut();
