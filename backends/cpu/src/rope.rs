@@ -67,7 +67,7 @@ fn rope_rows(
     crate::norm::len_check(OP, x.len(), y.len())?;
     // One row = all heads of one token (of one ne3 slice), copied where it is rotated.
     par::rows(y, d * h, d * h + 8 * n_rot, |r, row| {
-        row.copy_from_slice(&x[r * d * h..(r + 1) * d * h]);
+        row.copy_from_slice(&x[r * d * h..r * d * h + row.len()]);
         let p = pos[r % t.max(1)];
         ANGLES.with(|cs| {
             let mut cs = cs.borrow_mut();
