@@ -152,7 +152,9 @@ fn runs_inline(op: &Op, ins: &[Value<'_>], out: &TensorMeta) -> bool {
             let dk = ins[0].act().shape.0[0];
             return small(4 * dk * out.shape.numel());
         }
-        Op::Conv1dCausal { d_conv, .. } => return small(d_conv * out.shape.numel() * 4),
+        // (a decode token's conv is a read of its taps and window: inline up to
+        // a quarter of INLINE_BYTES of them: 8192 channels take both threads)
+        Op::Conv1dCausal { d_conv, .. } => return small(d_conv * out.shape.numel() * 4) && 4 * (2 * d_conv - 1) * out.shape.0[0] <= INLINE_BYTES / 4,
         _ => {}
     }
     let light = matches!(
