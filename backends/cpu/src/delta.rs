@@ -123,23 +123,7 @@ fn conv_seq(x: &[f32], wv: &pn_ops::WeightView<'_>, st: &mut RecurrentState, d_c
         let taps = &wv.bytes[..4 * c * d_conv];
         for (ti, yr) in y.chunks_exact_mut(c).enumerate() {
             if d_conv == 4 {
-                // the usual width, unrolled (LLVM vectorizes the interleaved tap loads),
-                // blocks of channels in parallel: a decode token's conv reads its taps and
-                // window from memory (~230 KB at 8192 channels)
-                let (x0, x1, x2, x3) = (win(ti), win(ti + 1), win(ti + 2), win(ti + 3));
-                par::rows(yr, CONV_BLOCK, 16 * CONV_BLOCK, |b, ys| {
-                    let ch0 = b * CONV_BLOCK;
-                    let xs = x0[ch0..].iter().zip(&x1[ch0..]).zip(&x2[ch0..]).zip(&x3[ch0..]);
-                    for ((v, t), (((&a, &b), &cc), &d)) in ys.iter_mut().zip(taps[16 * ch0..].chunks_exact(16)).zip(xs) {
-                        let tap = |i: usize| f32::from_le_bytes([t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]]);
-                        let mut acc = 0.0f32;
-                        acc += a * tap(0);
-                        acc += b * tap(1);
-                        acc += cc * tap(2);
-                        acc += d * tap(3);
-                        *v = acc;
-                    }
-                });
+                sum_taps4(yr, taps, [win(ti), win(ti + 1), win(ti + 2), win(ti + 3)]);
                 continue;
             }
             for (ch, (v, t)) in yr.iter_mut().zip(taps.chunks_exact(4 * d_conv)).enumerate() {
@@ -176,16 +160,7 @@ fn conv_token4(x: &[f32], taps: &[u8], conv: &mut [f32], c: usize, y: &mut [f32]
     let (r1, r2) = rest.split_at_mut(c);
     type Block<'a> = (((((&'a mut [f32], &'a mut [f32]), &'a mut [f32]), &'a mut [f32]), &'a [f32]), &'a [u8]);
     let run = |(((((ys, a0), a1), a2), xs), ts): Block<'_>| {
-        let win = a0.iter().zip(a1.iter()).zip(a2.iter()).zip(xs);
-        for ((v, t), (((&a, &b), &cc), &d)) in ys.iter_mut().zip(ts.chunks_exact(16)).zip(win) {
-            let tap = |i: usize| f32::from_le_bytes([t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]]);
-            let mut acc = 0.0f32;
-            acc += a * tap(0);
-            acc += b * tap(1);
-            acc += cc * tap(2);
-            acc += d * tap(3);
-            *v = acc;
-        }
+        sum_taps4(ys, ts, [a0, a1, a2, xs]);
         a0.copy_from_slice(a1);
         a1.copy_from_slice(a2);
         a2.copy_from_slice(xs);
@@ -201,6 +176,23 @@ fn conv_token4(x: &[f32], taps: &[u8], conv: &mut [f32], c: usize, y: &mut [f32]
         .zip(x[..c].par_chunks(CONV_BLOCK))
         .zip(taps.par_chunks(16 * CONV_BLOCK))
         .for_each(run);
+}
+
+/// `ys[i]` = channel i's 4 taps (`ts`: its F32 `[C][4]` bytes, read in place) against
+/// window rows `w` at i, summed in order from 0.0 as everywhere (LLVM vectorizes the
+/// interleaved tap loads).
+#[inline(always)]
+fn sum_taps4(ys: &mut [f32], ts: &[u8], w: [&[f32]; 4]) {
+    let win = w[0].iter().zip(w[1]).zip(w[2]).zip(w[3]);
+    for ((v, t), (((&a, &b), &cc), &d)) in ys.iter_mut().zip(ts.chunks_exact(16)).zip(win) {
+        let tap = |i: usize| f32::from_le_bytes([t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]]);
+        let mut acc = 0.0f32;
+        acc += a * tap(0);
+        acc += b * tap(1);
+        acc += cc * tap(2);
+        acc += d * tap(3);
+        *v = acc;
+    }
 }
 
 /// Tokens up to which the conv reads its taps in place instead of transposing them.
