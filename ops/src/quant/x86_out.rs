@@ -101,7 +101,7 @@ pub(crate) unsafe fn store_tile<const M: usize>(v: &[__m512; M], nr: usize, o: O
 }
 
 /// Lanes `0..nr` of `v` (one token's results, lane r = row r) into rows `0..nr`, token
-/// `col` of `o` (`x86_pack16::store_rows` on 8 lanes): one store token-major (a whole
+/// `col` of `o` ([`store_rows`] on 8 lanes): one store token-major (a whole
 /// group), else row by row.
 ///
 /// # Safety
