@@ -391,7 +391,7 @@ pub(super) unsafe fn run<const F: u8, const D: u8, S: Src>(
             if mt <= VNNI_TAIL {
                 // a few tokens left: `x86_pack16`'s tiles over the packed blocks (a padded
                 // tile product would compute 16)
-                x86_pack16::run::<F, S>(nb, nr, src, a.add(t0 * astride), astride, mt, o.at(0, t0), &mut sc.pk, None, true);
+                x86_pack16::run::<F, S>(nb, nr, src, a.add(t0 * astride), astride, mt, o.at(0, t0), &mut sc.pk, None, true, None);
                 break;
             }
             let at = if mt == 16 { a.add(t0 * astride) } else { tail };

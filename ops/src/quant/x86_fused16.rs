@@ -183,7 +183,7 @@ pub unsafe fn group16_fused(
     macro_rules! go {
         ($f:expr, $mm:literal) => {
             // SAFETY: the caller's contract.
-            unsafe { run::<{ $f }, $mm, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, o, pk, next) }
+            unsafe { run::<{ $f }, $mm, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, o, pk, next, None) }
         };
     }
     macro_rules! by_m {
@@ -217,8 +217,13 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
     o: Out,
     pk: &mut Packed16,
     next: Option<(*const u8, usize)>,
+    pairs: Option<(*const u8, usize)>,
 ) {
     let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
+    let corr = match pairs {
+        Some((p, stride)) if F != Q6K => Corr::Pairs(p, stride),
+        _ => Corr::Bsums,
+    };
     let steps = if F == Q6K { 8 } else { 4 };
     let per_step = pf_len.div_ceil(nb * steps).next_multiple_of(64);
     let mut sumf = [_mm512_setzero_ps(); M];
@@ -230,7 +235,7 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
             pack_scales16::<F, S>(s, pk);
             let pf = (pf_at.wrapping_add(i * steps * per_step), per_step);
             let isum = ints16::<F, M, S>(s, pk, a.add(i * Q8_K_BYTES), astride, pf);
-            finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, &mut sumf);
+            finish16::<F, M>(pk, i, a, astride, &isum, corr, &mut sumf);
         }
     }
     // SAFETY: AVX-512 F/VL enabled in every caller; `o` holds the nr rows × M tokens.

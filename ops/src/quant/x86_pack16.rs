@@ -19,6 +19,9 @@ pub struct Packed16 {
     pub(super) w: [__m512i; 64],
     pub(super) sc: [__m512i; 16],
     pub(super) corr: [__m512i; 8],
+    /// Q4_K / Q5_K / IQ4_XS: the correction multipliers of sub-blocks 2q and 2q + 1 as
+    /// one i16 pair (lane r = row r), against a token's `x86_rows16::BsumPairs`.
+    pub(super) corr2: [__m512i; 4],
     pub(super) d: __m512,
     pub(super) dm: __m512,
 }
@@ -283,6 +286,9 @@ unsafe fn q4k_scales16(h: [__m512i; 4], pk: &mut Packed16) {
             pk.corr[s] = _mm512_or_si512(ml, _mm512_slli_epi32::<16>(ml));
             pk.corr[4 + s] = _mm512_or_si512(mh, _mm512_slli_epi32::<16>(mh));
         }
+        for q in 0..4 {
+            pk.corr2[q] = _mm512_mask_blend_epi16(0xaaaa_aaaa, pk.corr[2 * q], pk.corr[2 * q + 1]);
+        }
         pk.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
         pk.dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(h[0])));
     }
@@ -303,6 +309,9 @@ unsafe fn iq4xs_scales16(h: [__m512i; 4], pk: &mut Packed16) {
             let ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), _mm512_set1_epi32(32));
             pk.sc[ib] = ls;
             pk.corr[ib] = _mm512_or_si512(_mm512_and_si512(ls, lo16), _mm512_slli_epi32::<16>(ls));
+        }
+        for q in 0..4 {
+            pk.corr2[q] = _mm512_mask_blend_epi16(0xaaaa_aaaa, pk.corr[2 * q], pk.corr[2 * q + 1]);
         }
         pk.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h[0]));
         pk.dm = _mm512_setzero_ps();
@@ -335,7 +344,9 @@ unsafe fn q6k_scales16(h: [__m512i; 4], d: __m512, pk: &mut Packed16) {
 /// `M` tokens (activations at `a + j·astride`) against the packed super-blocks `pks`,
 /// which are blocks `i0..` of rows of `nb` blocks: `sumf[j]` += the 16 rows' dot products
 /// over those blocks (lane r = row r; the 8-row kernel's steps, blocks in order). `pf`:
-/// the next rows' bytes, prefetched a share per sub-block step of the `nb` blocks.
+/// the next rows' bytes, prefetched a share per sub-block step of the `nb` blocks;
+/// `pairs`: the tokens' bsum pairs (`Corr::Pairs`; Q6_K takes its bsums).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 unsafe fn dot16<const F: u8, const M: usize>(
     pks: &[Packed16],
@@ -345,8 +356,13 @@ unsafe fn dot16<const F: u8, const M: usize>(
     astride: usize,
     sumf: &mut [__m512; M],
     pf: Option<(*const u8, usize)>,
+    pairs: Option<(*const u8, usize)>,
 ) {
     let (ns, gs) = if F == Q6K { (16, 4) } else { (8, 8) };
+    let corr = match pairs {
+        Some((p, stride)) if F != Q6K => Corr::Pairs(p, stride),
+        _ => Corr::Bsums,
+    };
     // the next rows' bytes spread over the sub-block steps: a few lines each, so the
     // loads stay in flight instead of overflowing the miss buffers in one burst
     let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
@@ -376,7 +392,7 @@ unsafe fn dot16<const F: u8, const M: usize>(
             }
         }
         // SAFETY: token j's block i exists (the caller's contract).
-        unsafe { finish16::<F, M>(pk, i, a, astride, &isum, Corr::Bsums, sumf) };
+        unsafe { finish16::<F, M>(pk, i, a, astride, &isum, corr, sumf) };
     }
 }
 
@@ -386,6 +402,10 @@ unsafe fn dot16<const F: u8, const M: usize>(
 pub(super) enum Corr<'a> {
     /// The token's bsums, one `vpdpwssd` per pair of them.
     Bsums,
+    /// The tokens' bsums summed per 32-element sub-block (`x86_rows16::BsumPairs`: token j's block
+    /// i at `p + j·stride + 16·i`), one `vpdpwssd` per two sub-blocks (Q4_K / Q5_K /
+    /// IQ4_XS): the same integer as `Bsums`, in half the products.
+    Pairs(*const u8, usize),
     /// Row j of a tile product's result (`x86_amx_split`: Q4_K / Q5_K mins as a B part).
     Rows(&'a [i32; 256]),
     /// None left: the sums are of value·scale, offset taken out (`x86_amx_split::
@@ -419,6 +439,14 @@ pub(super) unsafe fn finish16<const F: u8, const M: usize>(
                     let mut c = _mm512_setzero_si512();
                     for p in 0..8 {
                         c = _mm512_dpwssd_epi32(c, pk.corr[p], bcast4(y.add(Q8_K_BSUMS + 4 * p)));
+                    }
+                    c
+                }
+                Corr::Pairs(p, stride) => {
+                    let pp = p.add(j * stride + 16 * i);
+                    let mut c = _mm512_setzero_si512();
+                    for q in 0..4 {
+                        c = _mm512_dpwssd_epi32(c, pk.corr2[q], bcast4(pp.add(4 * q)));
                     }
                     c
                 }
@@ -475,10 +503,10 @@ pub unsafe fn group16(
     // SAFETY (whole body): the caller's contract.
     unsafe {
         match kind {
-            IQ4XS => run::<IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
-            Q6K => run::<Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
-            Q5K => run::<Q5K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
-            _ => run::<Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false),
+            IQ4XS => run::<IQ4XS, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false, None),
+            Q6K => run::<Q6K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false, None),
+            Q5K => run::<Q5K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false, None),
+            _ => run::<Q4K, Rows>(nb, nr, Rows { xb: w, ws, nr }, a, astride, m, o, sc, next, false, None),
         }
     }
 }
@@ -499,14 +527,17 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
     prepacked: bool,
+    pairs: Option<(*const u8, usize)>,
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     let zero: Packed16 = unsafe { std::mem::zeroed() };
+    // token t's pairs (a hint past the call's tokens is never read)
+    let pairs_at = |t: usize| pairs.map(|(p, st)| (p.wrapping_add(t * st), st));
     // Two token tiles (9–16 tokens: 16 decode slots, an expert's share of a batch): each
     // super-block dotted by both right after it is packed, while it is in L1.
     if m > MAX_TILE && m <= 2 * MAX_TILE && !prepacked && super::x86_block::knob(super::x86_block::KNOB_PACK_AHEAD, 1) != 0 {
         // SAFETY: the caller's contract (16 rows of nb blocks at src, m tokens at a).
-        return unsafe { two_tiles::<F, S>(nb, nr, src, a, astride, m, o, sc, next) };
+        return unsafe { two_tiles::<F, S>(nb, nr, src, a, astride, m, o, sc, next, pairs) };
     }
     // One token tile (few tokens: an expert's share of a batch): each super-block is
     // dotted right after it is packed, while it is in L1 (one Packed16 of scratch). More
@@ -528,7 +559,7 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
         macro_rules! dot {
             ($mm:literal, $pks:expr, $i0:expr, $o:expr, $pf:expr) => {
                 // SAFETY: as above.
-                unsafe { dot16_as::<F, $mm>($pks, $i0, nb, at, astride, $o, $pf) }
+                unsafe { dot16_as::<F, $mm>($pks, $i0, nb, at, astride, $o, $pf, pairs_at(t0)) }
             };
         }
         macro_rules! go {
@@ -558,15 +589,16 @@ pub(super) unsafe fn run<const F: u8, S: Src>(
 /// # Safety
 /// As [`dot16`]'s.
 #[inline(always)]
-unsafe fn dot16_as<const F: u8, const M: usize>(pks: &[Packed16], i0: usize, nb: usize, a: *const u8, astride: usize, sumf: &mut [__m512; M], pf: Option<(*const u8, usize)>) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot16_as<const F: u8, const M: usize>(pks: &[Packed16], i0: usize, nb: usize, a: *const u8, astride: usize, sumf: &mut [__m512; M], pf: Option<(*const u8, usize)>, pairs: Option<(*const u8, usize)>) {
     // SAFETY: the caller's contract.
     unsafe {
         if F == Q6K {
-            dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf)
+            dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf, None)
         } else if F == IQ4XS {
-            dot16::<IQ4XS, M>(pks, i0, nb, a, astride, sumf, pf)
+            dot16::<IQ4XS, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         } else {
-            dot16::<Q4K, M>(pks, i0, nb, a, astride, sumf, pf)
+            dot16::<Q4K, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         }
     }
 }
@@ -589,9 +621,11 @@ unsafe fn two_tiles<const F: u8, S: Src>(
     o: Out,
     sc: &mut Scratch16,
     next: Option<(*const u8, usize)>,
+    pairs: Option<(*const u8, usize)>,
 ) {
     // SAFETY: an all-zero bit pattern is a valid Packed16.
     sc.pks.resize(1, unsafe { std::mem::zeroed() });
+    let pairs2 = pairs.map(|(p, st)| (p.wrapping_add(MAX_TILE * st), st));
     // SAFETY (whole body): the caller's contract; tokens MAX_TILE.. start at a2.
     unsafe {
         let a2 = a.add(MAX_TILE * astride);
@@ -601,8 +635,8 @@ unsafe fn two_tiles<const F: u8, S: Src>(
                 let mut o2 = [_mm512_setzero_ps(); $mm];
                 for i in 0..nb {
                     pack16_from::<F, S>(src.block::<F>(i), &mut sc.pks[0]);
-                    dot16_as::<F, MAX_TILE>(&sc.pks[..1], i, nb, a, astride, &mut o1, next);
-                    dot16_as::<F, $mm>(&sc.pks[..1], i, nb, a2, astride, &mut o2, None);
+                    dot16_as::<F, MAX_TILE>(&sc.pks[..1], i, nb, a, astride, &mut o1, next, pairs);
+                    dot16_as::<F, $mm>(&sc.pks[..1], i, nb, a2, astride, &mut o2, None, pairs2);
                 }
                 store_tile(&o1, nr, o, 0);
                 store_tile(&o2, nr, o, MAX_TILE);

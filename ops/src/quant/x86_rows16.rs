@@ -14,6 +14,7 @@
 //! chunks; Q6_K: 4 ql chunks, 2 qh chunks, the scale header, then the 16 rows' d;
 //! IQ4_XS: the first two header vectors (d + scales_h, scales_l), then its 4 qs chunks).
 
+use super::q8::{Q8_K_BSUMS, Q8_K_BYTES};
 use super::x86_pack16::{block_bytes, dwords16, raw16, IQ4XS, Q4K, Q5K, Q6K};
 use std::arch::x86_64::*;
 
@@ -239,9 +240,14 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
     let fused = m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, FUSED_UPTO);
     let amx = !fused && takes_amx(kind, m, n, astride);
     // (every path's scratch borrowed once per call, whichever runs)
-    SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| {
-        let (pk, p16, am) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut());
+    SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| PAIRS.with(|pp| {
+        let (pk, p16, am, pp) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut(), &mut *pp.borrow_mut());
         let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
+        // the mins / offsets correction in pairs of sub-blocks (fused and packed kernels):
+        // the tokens' bsum pairs once for every row group (Q4_K / IQ4_XS at 2–512 tokens
+        // 2–5% faster, docs/perf.md "Session 32")
+        // SAFETY: m tokens of nb Q8_K blocks at ap (the caller's contract)
+        let pairs = (!amx && kind != Q6K).then(|| unsafe { pp.make(ap, astride, m, nb) });
         groups::<16>(w, rows, rb, |g, next| {
             let src = Pre { p: w[g * rb..].as_ptr() };
             let o = o.at(g, 0);
@@ -255,17 +261,18 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                             // MAX_FUSED tokens at a time: the group's bytes stay in cache
                             for t in (0..m).step_by(x86_fused16::MAX_FUSED) {
                                 let (ap, o, next) = (ap.add(t * astride), o.at(0, t), if t == 0 { next } else { None });
+                                let pairs = pairs.map(|(p, st)| (p.add(t * st), st));
                                 match m - t {
-                                    1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, pk, next),
-                                    2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, pk, next),
-                                    3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, pk, next),
-                                    _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, pk, next),
+                                    1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                    2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                    3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                    _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
                                 }
                             }
                         } else if amx {
                             x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, &mut am.0, next)
                         } else {
-                            x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, p16, next, false)
+                            x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, p16, next, false, pairs)
                         }
                     }
                 };
@@ -277,8 +284,49 @@ pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], 
                 _ => go!(Q4K, Q4K),
             }
         });
-    })));
+    }))));
 }
+
+thread_local! {
+    /// [`block`]'s bsum pairs of the call's tokens.
+    static PAIRS: std::cell::RefCell<BsumPairs> = std::cell::RefCell::new(Default::default());
+}
+
+/// The tokens' bsums summed per 32-element sub-block, two sub-blocks an i16 pair:
+/// token j's block i at `16·(j·nb + i)`, dword q = (b_4q + b_4q+1) | (b_4q+2 + b_4q+3) <<
+/// 16 (each sum of two bsums of 16 Q8_K bytes: |·| ≤ 4096, exact in i16). Made once a
+/// call for every row group ([`Corr::Pairs`]).
+#[derive(Default)]
+pub struct BsumPairs {
+    v: Vec<[u32; 4]>,
+}
+
+impl BsumPairs {
+    /// The pairs of `m` tokens of `nb` Q8_K blocks at `a + j·astride`; (pointer, bytes a
+    /// token).
+    ///
+    /// # Safety
+    /// `m` tokens of `nb` whole Q8_K blocks at `a + j·astride`; AVX-512 BW/VL available.
+    #[inline(always)]
+    unsafe fn make(&mut self, a: *const u8, astride: usize, m: usize, nb: usize) -> (*const u8, usize) {
+        self.v.clear();
+        self.v.resize(m * nb, [0; 4]);
+        let ones = _mm256_set1_epi16(1);
+        for j in 0..m {
+            for i in 0..nb {
+                // SAFETY: token j's block i is whole (the caller's contract); AVX-512 BW/VL
+                // enabled in every caller. The 8 sums of adjacent bsums, as i16 in order.
+                unsafe {
+                    let b = _mm256_loadu_si256(a.add(j * astride + i * Q8_K_BYTES + Q8_K_BSUMS) as *const __m256i);
+                    let s = _mm256_cvtepi32_epi16(_mm256_madd_epi16(b, ones));
+                    _mm_storeu_si128(self.v.as_mut_ptr().add(j * nb + i) as *mut __m128i, s);
+                }
+            }
+        }
+        (self.v.as_ptr() as *const u8, 16 * nb)
+    }
+}
+
 
 /// Tokens up to which a block runs the fused kernel (`MAX_FUSED` tokens a pass over the
 /// group) rather than decoding its super-blocks once for all the tokens.
