@@ -146,6 +146,15 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                         }
                     }
                 }
+                if F == Q4K {
+                    // each chain's 16 products fit i16 (|·| ≤ 16·15·128): `vpdpwssd`
+                    // against (sc, 0) adds chain·sc exactly (`x86_pack16::dot16`)
+                    for (j, is) in isum.iter_mut().enumerate() {
+                        *is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*is, al[j], pk.sc[2 * c]), bl[j], pk.sc[2 * c]);
+                        *is = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(*is, ah[j], pk.sc[2 * c + 1]), bh[j], pk.sc[2 * c + 1]);
+                    }
+                    continue;
+                }
                 for (j, is) in isum.iter_mut().enumerate() {
                     *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(al[j], bl[j]), pk.sc[2 * c]));
                     *is = _mm512_add_epi32(*is, _mm512_mullo_epi32(_mm512_add_epi32(ah[j], bh[j]), pk.sc[2 * c + 1]));

@@ -377,9 +377,27 @@ unsafe fn dot16<const F: u8, const M: usize>(
             // weight vector g against every token before g + 1: the M chains of `vpdpbusd`
             // (5 cycles each) interleave in program order (token by token, each chain's
             // latency was exposed: Q4_K 2048×8192 at 64–512 tokens 7–8% slower, one thread)
-            let mut acc = [_mm512_setzero_si512(); M];
             // SAFETY: inside token 0's block i (the caller's contract).
             let y0 = unsafe { a.add(i * Q8_K_BYTES + Q8_K_QS + 4 * gs * s) };
+            if F == Q4K {
+                // Q4_K: each 16-element half's sum fits i16 (|·| ≤ 16·15·128 = 30720), so
+                // `vpdpwssd` against the scale as the pair (sc, 0) adds sum·sc exactly —
+                // one µop for `vpmulld`'s two and the add
+                for h in 0..2 {
+                    let mut acc = [_mm512_setzero_si512(); M];
+                    for g in 4 * h..4 * h + 4 {
+                        for (j, ac) in acc.iter_mut().enumerate() {
+                            // SAFETY: as below.
+                            *ac = unsafe { _mm512_dpbusd_epi32(*ac, pk.w[gs * s + g], bcast4(y0.add(j * astride + 4 * g))) };
+                        }
+                    }
+                    for (is, ac) in isum.iter_mut().zip(acc) {
+                        *is = _mm512_dpwssd_epi32(*is, ac, scv);
+                    }
+                }
+                continue;
+            }
+            let mut acc = [_mm512_setzero_si512(); M];
             for g in 0..gs {
                 for (j, ac) in acc.iter_mut().enumerate() {
                     // SAFETY: token j's block i is Q8_K_BYTES at a + j·astride + i·Q8_K_BYTES;
@@ -597,6 +615,8 @@ unsafe fn dot16_as<const F: u8, const M: usize>(pks: &[Packed16], i0: usize, nb:
             dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf, None)
         } else if F == IQ4XS {
             dot16::<IQ4XS, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
+        } else if F == Q5K {
+            dot16::<Q5K, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         } else {
             dot16::<Q4K, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         }
