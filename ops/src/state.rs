@@ -573,6 +573,9 @@ impl RecurrentState {
 /// instead of 14 on full-dims (docs/perf.md "Session 32").
 fn written_zeros(n: usize) -> Vec<f32> {
     let mut v = Vec::with_capacity(n);
+    // (the pointer escapes first, so the allocation and the memset cannot be fused back
+    // into a zeroed allocation)
+    std::hint::black_box(v.as_mut_ptr());
     v.resize(n, 0.0);
     v
 }

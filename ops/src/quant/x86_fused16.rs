@@ -229,10 +229,7 @@ pub(super) unsafe fn run<const F: u8, const M: usize, S: Src>(
     pairs: Option<(*const u8, usize)>,
 ) {
     let (pf_at, pf_len) = next.unwrap_or((core::ptr::null(), 0));
-    let corr = match pairs {
-        Some((p, stride)) if F != Q6K => Corr::Pairs(p, stride),
-        _ => Corr::Bsums,
-    };
+    let corr = Corr::of::<F>(pairs);
     let steps = if F == Q6K { 8 } else { 4 };
     let per_step = pf_len.div_ceil(nb * steps).next_multiple_of(64);
     let mut sumf = [_mm512_setzero_ps(); M];

@@ -359,10 +359,7 @@ unsafe fn dot16<const F: u8, const M: usize>(
     pairs: Option<(*const u8, usize)>,
 ) {
     let (ns, gs) = if F == Q6K { (16, 4) } else { (8, 8) };
-    let corr = match pairs {
-        Some((p, stride)) if F != Q6K => Corr::Pairs(p, stride),
-        _ => Corr::Bsums,
-    };
+    let corr = Corr::of::<F>(pairs);
     // the next rows' bytes spread over the sub-block steps: a few lines each, so the
     // loads stay in flight instead of overflowing the miss buffers in one burst
     let (pf_at, pf_len) = pf.unwrap_or((core::ptr::null(), 0));
@@ -429,6 +426,18 @@ pub(super) enum Corr<'a> {
     /// None left: the sums are of value·scale, offset taken out (`x86_amx_split::
     /// split_signed`: Q6_K / IQ4_XS).
     Folded,
+}
+
+impl Corr<'_> {
+    /// Format `F`'s correction from the tokens' bsum pairs where it has them (Q4_K, Q5_K,
+    /// IQ4_XS: `x86_rows16::BsumPairs`, token 0 at `pairs`), else from each token's bsums.
+    #[inline(always)]
+    pub(super) fn of<const F: u8>(pairs: Option<(*const u8, usize)>) -> Corr<'static> {
+        match pairs {
+            Some((p, stride)) if F != Q6K => Corr::Pairs(p, stride),
+            _ => Corr::Bsums,
+        }
+    }
 }
 
 /// The float step of super-block `i` for `M` tokens: the correction of `pk`'s scales
@@ -612,7 +621,7 @@ unsafe fn dot16_as<const F: u8, const M: usize>(pks: &[Packed16], i0: usize, nb:
     // SAFETY: the caller's contract.
     unsafe {
         if F == Q6K {
-            dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf, None)
+            dot16::<Q6K, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         } else if F == IQ4XS {
             dot16::<IQ4XS, M>(pks, i0, nb, a, astride, sumf, pf, pairs)
         } else if F == Q5K {

@@ -295,7 +295,7 @@ thread_local! {
 /// The tokens' bsums summed per 32-element sub-block, two sub-blocks an i16 pair:
 /// token j's block i at `16·(j·nb + i)`, dword q = (b_4q + b_4q+1) | (b_4q+2 + b_4q+3) <<
 /// 16 (each sum of two bsums of 16 Q8_K bytes: |·| ≤ 4096, exact in i16). Made once a
-/// call for every row group ([`Corr::Pairs`]).
+/// call for every row group (`x86_pack16::Corr::Pairs`).
 #[derive(Default)]
 pub struct BsumPairs {
     v: Vec<[u32; 4]>,
@@ -326,7 +326,6 @@ impl BsumPairs {
         (self.v.as_ptr() as *const u8, 16 * nb)
     }
 }
-
 
 /// Tokens up to which a block runs the fused kernel (`MAX_FUSED` tokens a pass over the
 /// group) rather than decoding its super-blocks once for all the tokens.
