@@ -28,10 +28,17 @@ pub fn has_vnni() -> bool {
 }
 
 static AVX512F: AtomicU8 = AtomicU8::new(0);
+static GFNI: AtomicU8 = AtomicU8::new(0);
 
 /// AVX-512F present (on top of `has_avx2`; detected once); `PN_NO_AVX512` says no.
 pub fn has_avx512f() -> bool {
     detected_once(&AVX512F, || has_avx2() && std::env::var_os("PN_NO_AVX512").is_none() && is_x86_feature_detected!("avx512f"))
+}
+
+/// GFNI present beside [`has_vnni`] (detected once): the 16-row kernels decode codes
+/// with `vgf2p8affineqb`. Setting `PN_NO_GFNI` keeps the shift-and-mask decode.
+pub fn has_gfni() -> bool {
+    detected_once(&GFNI, || has_vnni() && std::env::var_os("PN_NO_GFNI").is_none() && is_x86_feature_detected!("gfni"))
 }
 
 /// AVX2, FMA and F16C all present (detected once; 1 = no, 2 = yes). Setting the

@@ -11,7 +11,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, pack_scales16, store_tile, Corr, Out, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q6K};
+use super::x86_pack16::{bcast4, finish16, gf, high_nibbles, pack_scales16, store_tile, Corr, Out, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q5K_BIT4, Q6K, Q6K_BITS45};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -63,16 +63,22 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                         // the code's two high bits (field k of the qh byte) moved to bits
                         // 4..6, then one select: low nibble from the ql byte, bits 4..8
                         // from them (three operations a vector, not six)
-                        let hs = match k {
-                            0 => _mm512_slli_epi16::<4>(h[g]),
-                            1 => _mm512_slli_epi16::<2>(h[g]),
-                            2 => h[g],
-                            _ => _mm512_srli_epi16::<2>(h[g]),
-                        };
                         let qv = q[k % 2][g];
                         let l = if k < 2 { qv } else { _mm512_srli_epi16::<4>(qv) };
-                        // (m4 & l) | (!m4 & (hs & 0x30))
-                        let v = _mm512_ternarylogic_epi32::<0xCA>(m4, l, _mm512_and_si512(hs, m30));
+                        let hs = if S::GFNI {
+                            // one bit-matrix multiply: field k to bits 4..6, the rest 0
+                            gf(h[g], Q6K_BITS45[k])
+                        } else {
+                            let hs = match k {
+                                0 => _mm512_slli_epi16::<4>(h[g]),
+                                1 => _mm512_slli_epi16::<2>(h[g]),
+                                2 => h[g],
+                                _ => _mm512_srli_epi16::<2>(h[g]),
+                            };
+                            _mm512_and_si512(hs, m30)
+                        };
+                        // (m4 & l) | (!m4 & hs)
+                        let v = _mm512_ternarylogic_epi32::<0xCA>(m4, l, hs);
                         for (j, a) in acc[g / 4].iter_mut().enumerate() {
                             *a = _mm512_dpbusd_epi32(*a, v, act!(j, 8 * cb + g));
                         }
@@ -100,9 +106,9 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                         };
                     }
                     let x0 = code!(_mm512_and_si512(v[g], m4));
-                    let x1 = code!(_mm512_and_si512(_mm512_srli_epi16::<4>(v[g]), m4));
+                    let x1 = code!(high_nibbles(v[g], S::GFNI));
                     let x2 = code!(_mm512_and_si512(v[4 + g], m4));
-                    let x3 = code!(_mm512_and_si512(_mm512_srli_epi16::<4>(v[4 + g]), m4));
+                    let x3 = code!(high_nibbles(v[4 + g], S::GFNI));
                     for j in 0..M {
                         a0[j] = _mm512_dpbusd_epi32(a0[j], x0, act!(j, 16 * p + g));
                         b0[j] = _mm512_dpbusd_epi32(b0[j], x1, act!(j, 16 * p + 4 + g));
@@ -128,9 +134,17 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                 let (mut al, mut ah) = ([z; M], [z; M]);
                 let (mut bl, mut bh) = ([z; M], [z; M]);
                 for g in 0..8 {
-                    let mut l = _mm512_and_si512(q[g], m4);
-                    let mut h = _mm512_and_si512(_mm512_srli_epi16::<4>(q[g]), m4);
-                    if F == Q5K {
+                    let (mut l, mut h);
+                    if F == Q5K && S::GFNI {
+                        // the fifth bits (2c, 2c + 1 of the qh byte) straight to bit 4,
+                        // one select each with the low / high nibble
+                        l = _mm512_ternarylogic_epi32::<0xCA>(m4, q[g], gf(qh[g], Q5K_BIT4[2 * c]));
+                        h = _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(q[g]), gf(qh[g], Q5K_BIT4[2 * c + 1]));
+                    } else {
+                        l = _mm512_and_si512(q[g], m4);
+                        h = high_nibbles(q[g], S::GFNI);
+                    }
+                    if F == Q5K && !S::GFNI {
                         let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
                         let bh = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
                         l = _mm512_or_si512(l, _mm512_slli_epi16::<4>(bl));

@@ -44,6 +44,56 @@ pub const Q6K: u8 = 6;
 /// IQ4_XS (4-bit codes through the non-linear table, 32-element sub-blocks).
 pub const IQ4XS: u8 = 44;
 
+/// The `vgf2p8affineqb` matrix that moves bits `from..from + n` of every byte to
+/// `to..to + n` and clears the others: output bit d is the parity of the input byte and
+/// matrix byte 7 − d, so byte 7 − (to + i) holds the single bit `from + i`.
+pub(super) const fn gf_move(from: u32, to: u32, n: u32) -> i64 {
+    let mut m = 0u64;
+    let mut i = 0;
+    while i < n {
+        m |= (1u64 << (from + i)) << (8 * (7 - (to + i)));
+        i += 1;
+    }
+    m as i64
+}
+
+/// Bits moved inside every byte of `v` by matrix `m` ([`gf_move`]): one GFNI operation
+/// where shifts and masks take two or three. Callers run with GFNI enabled
+/// (`Src::GFNI`).
+#[inline(always)]
+pub(super) unsafe fn gf(v: __m512i, m: i64) -> __m512i {
+    // SAFETY: GFNI and AVX-512 enabled in every caller that reaches this (`Src::GFNI`).
+    unsafe { _mm512_gf2p8affine_epi64_epi8::<0>(v, _mm512_set1_epi64(m)) }
+}
+
+/// Per qh bit b, the matrix moving it to bit 4 (Q5_K's fifth bit of sub-block b).
+pub(super) const Q5K_BIT4: [i64; 8] = {
+    let mut t = [0i64; 8];
+    let mut b = 0;
+    while b < 8 {
+        t[b] = gf_move(b as u32, 4, 1);
+        b += 1;
+    }
+    t
+};
+
+/// Per field k of a Q6_K qh byte (bits 2k, 2k + 1), the matrix moving it to bits 4, 5.
+pub(super) const Q6K_BITS45: [i64; 4] = [gf_move(0, 4, 2), gf_move(2, 4, 2), gf_move(4, 4, 2), gf_move(6, 4, 2)];
+
+/// The high nibble of every byte as a value 0..15 (`gf` where `gfni`, a constant of the
+/// caller's `Src::GFNI`; else shift and mask).
+#[inline(always)]
+pub(super) unsafe fn high_nibbles(v: __m512i, gfni: bool) -> __m512i {
+    // SAFETY: AVX-512 (and GFNI where `gfni`) enabled in every caller.
+    unsafe {
+        if gfni {
+            gf(v, gf_move(4, 0, 4))
+        } else {
+            _mm512_and_si512(_mm512_srli_epi16::<4>(v), _mm512_set1_epi8(0x0f))
+        }
+    }
+}
+
 /// IQ4_XS's table plus 128, bytes read as unsigned (the kernel removes the offset with
 /// the bsums).
 pub(super) const IQ4NL_U8: [i8; 16] = {
@@ -89,7 +139,7 @@ unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
     }
     macro_rules! hi {
         ($v:expr) => {
-            _mm512_and_si512(_mm512_srli_epi16::<4>($v), m4)
+            high_nibbles($v, S::GFNI)
         };
     }
     // SAFETY (whole body): `s` holds 16 rows of whole Q4_K (qs 128 B @16) / Q5_K (qh 32 B
@@ -116,6 +166,18 @@ unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
             for half in 0..2 {
                 let q = [s.raw::<F>(64 * half), s.raw::<F>(64 * half + 32)];
                 let h = s.raw::<F>(128 + 32 * half);
+                if S::GFNI {
+                    // field k of the qh byte straight to bits 4..6, then one select:
+                    // low nibble from the ql byte (k < 2 low, else high), bits 4..8 from it
+                    for g in 0..8 {
+                        for (k, &mk) in Q6K_BITS45.iter().enumerate() {
+                            let qv = q[k % 2][g];
+                            let l = if k < 2 { qv } else { _mm512_srli_epi16::<4>(qv) };
+                            pk.w[8 * (4 * half + k) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, l, gf(h[g], mk));
+                        }
+                    }
+                    continue;
+                }
                 for g in 0..8 {
                     let hb = [
                         _mm512_and_si512(h[g], m2),
@@ -137,6 +199,14 @@ unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
             for c in 0..4 {
                 let q = s.raw::<F>(qs_off + 32 * c);
                 for g in 0..8 {
+                    if F == Q5K && S::GFNI {
+                        // the fifth bits (2c, 2c + 1 of the qh byte) straight to bit 4, then
+                        // one select each with the low / high nibble
+                        let (bl, bh) = (gf(qh[g], Q5K_BIT4[2 * c]), gf(qh[g], Q5K_BIT4[2 * c + 1]));
+                        pk.w[8 * (2 * c) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, q[g], bl);
+                        pk.w[8 * (2 * c + 1) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(q[g]), bh);
+                        continue;
+                    }
                     let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));
                     if F == Q5K {
                         let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);

@@ -28,6 +28,9 @@ pub(crate) trait Src: Copy {
     unsafe fn hdr<const F: u8>(self, off: usize) -> [__m512i; 4];
     /// Q6_K: the 16 rows' d.
     unsafe fn d6(self) -> __m512;
+    /// Whether the kernels reading this source may decode with GFNI's bit-matrix
+    /// multiply (`x86_pack16::gf`): set only where the caller runs with GFNI enabled.
+    const GFNI: bool = false;
 }
 
 /// Plain rows: `nr` rows (1..=16; past it, row `nr − 1` again) `ws` bytes apart at `xb`.
@@ -65,9 +68,10 @@ impl Src for Rows {
     }
 }
 
-/// One 16-row group in the `rows16` layout, at super-block `p`.
+/// One 16-row group in the `rows16` layout, at super-block `p`; `G`: decoded with GFNI
+/// (`Src::GFNI`).
 #[derive(Clone, Copy)]
-pub(crate) struct Pre {
+pub(crate) struct Pre<const G: bool> {
     pub p: *const u8,
 }
 
@@ -113,9 +117,10 @@ fn raw_off<const F: u8>(c: usize) -> usize {
     }
 }
 
-impl Src for Pre {
+impl<const G: bool> Src for Pre<G> {
+    const GFNI: bool = G;
     #[inline(always)]
-    unsafe fn block<const F: u8>(self, i: usize) -> Pre {
+    unsafe fn block<const F: u8>(self, i: usize) -> Pre<G> {
         Pre { p: self.p.wrapping_add(i * 16 * block_bytes::<F>()) }
     }
     #[inline(always)]
@@ -216,6 +221,72 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
     }
 }
 
+/// [`block`]'s body, expanded in each of its two target-feature functions (the
+/// closures inside inherit the enclosing function's features; an inlined generic body's
+/// closures would not); `$g`: the GFNI decode (`Src::GFNI`).
+macro_rules! block_body {
+    ($g:literal, $kind:ident, $n:ident, $w:ident, $rows:ident, $a:ident, $astride:ident, $m:ident, $o:ident) => {{
+        const G: bool = $g;
+        let (kind, n, w, rows, a, astride, m, o): (u8, usize, &[u8], usize, &[u8], usize, usize, super::x86_pack16::Out) = ($kind, $n, $w, $rows, $a, $astride, $m, $o);
+        use super::x86_block::{padded_tail, takes_amx, AMX, PACKED16, SCALES16};
+        use super::{x86_amx, x86_fused16, x86_pack16};
+        if q8_family(kind) {
+            // SAFETY: the caller's contract.
+            return unsafe { super::x86_pack_q8::block(kind, n, w, rows, a, astride, m, o) };
+        }
+        let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
+        let ap = a.as_ptr();
+        let fused = m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, FUSED_UPTO);
+        let amx = !fused && takes_amx(kind, m, n, astride);
+        // (every path's scratch borrowed once per call, whichever runs)
+        SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| PAIRS.with(|pp| {
+            let (pk, p16, am, pp) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut(), &mut *pp.borrow_mut());
+            let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
+            // the mins / offsets correction in pairs of sub-blocks (fused and packed kernels):
+            // the tokens' bsum pairs once for every row group (Q4_K / IQ4_XS at 2–512 tokens
+            // 2–5% faster, docs/perf.md "Session 32")
+            // SAFETY: m tokens of nb Q8_K blocks at ap (the caller's contract)
+            let pairs = (!amx && kind != Q6K).then(|| unsafe { pp.make(ap, astride, m, nb) });
+            groups::<16>(w, rows, rb, |g, next| {
+                let src = Pre::<G> { p: w[g * rb..].as_ptr() };
+                let o = o.at(g, 0);
+                // `$f`: the format, `$d`: its dot formula (Q5_K dots as Q4_K)
+                macro_rules! go {
+                    ($f:expr, $d:expr) => {
+                        // SAFETY: 16 rows of nb blocks at src and m tokens (the caller's
+                        // contract); AMX usable when `amx` (takes_amx), its tail padded to 16.
+                        unsafe {
+                            if fused {
+                                // MAX_FUSED tokens at a time: the group's bytes stay in cache
+                                for t in (0..m).step_by(x86_fused16::MAX_FUSED) {
+                                    let (ap, o, next) = (ap.add(t * astride), o.at(0, t), if t == 0 { next } else { None });
+                                    let pairs = pairs.map(|(p, st)| (p.add(t * st), st));
+                                    match m - t {
+                                        1 => x86_fused16::run::<{ $f }, 1, Pre<G>>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                        2 => x86_fused16::run::<{ $f }, 2, Pre<G>>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                        3 => x86_fused16::run::<{ $f }, 3, Pre<G>>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                        _ => x86_fused16::run::<{ $f }, 4, Pre<G>>(nb, 16, src, ap, astride, o, pk, next, pairs),
+                                    }
+                                }
+                            } else if amx {
+                                x86_amx::run::<{ $f }, { $d }, Pre<G>>(nb, 16, src, ap, astride, m, tail, o, &mut am.0, next)
+                            } else {
+                                x86_pack16::run::<{ $f }, Pre<G>>(nb, 16, src, ap, astride, m, o, p16, next, false, pairs)
+                            }
+                        }
+                    };
+                }
+                match kind {
+                    IQ4XS => go!(IQ4XS, IQ4XS),
+                    Q6K => go!(Q6K, Q6K),
+                    Q5K => go!(Q5K, Q4K),
+                    _ => go!(Q4K, Q4K),
+                }
+            });
+        }))));
+    }};
+}
+
 /// Row r of `w` (`rows` rows of `n` elements of format `kind` in the `rows16` layout,
 /// `rows` a multiple of 16) · token j (`m` Q8_K rows `astride` apart at `a`) into row r,
 /// token j of `o` (row- or token-major, `x86_pack16::Out`):
@@ -227,64 +298,30 @@ pub(crate) fn repack_into(kind: u8, src: &[u8], dst: &mut [u8], rows: usize, nb:
 /// AVX-512 F/BW/VL + VNNI available; `w` holds `rows` rows, `a` `m` tokens, `o` every
 /// (row, token) (checked by `quant::rows16`).
 #[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
-    use super::x86_block::{padded_tail, takes_amx, AMX, PACKED16, SCALES16};
-    use super::{x86_amx, x86_fused16, x86_pack16};
-    if q8_family(kind) {
-        // SAFETY: the caller's contract.
-        return unsafe { super::x86_pack_q8::block(kind, n, w, rows, a, astride, m, o) };
+    // SAFETY: the caller's contract; GFNI where detected.
+    unsafe {
+        if super::x86::has_gfni() && super::x86_block::knob(super::x86_block::KNOB_EXP, 1) != 0 {
+            block_gfni(kind, n, w, rows, a, astride, m, o)
+        } else {
+            block_vnni(kind, n, w, rows, a, astride, m, o)
+        }
     }
-    let (nb, rb) = (n / 256, kind_bytes(kind) * (n / 256));
-    let ap = a.as_ptr();
-    let fused = m <= super::x86_block::knob(super::x86_block::KNOB_FUSED_UPTO, FUSED_UPTO);
-    let amx = !fused && takes_amx(kind, m, n, astride);
-    // (every path's scratch borrowed once per call, whichever runs)
-    SCALES16.with(|pk| PACKED16.with(|p16| AMX.with(|am| PAIRS.with(|pp| {
-        let (pk, p16, am, pp) = (&mut *pk.borrow_mut(), &mut *p16.borrow_mut(), &mut *am.borrow_mut(), &mut *pp.borrow_mut());
-        let tail = if amx { padded_tail(a, astride, m, nb * super::q8::Q8_K_BYTES, &mut am.1) } else { std::ptr::null() };
-        // the mins / offsets correction in pairs of sub-blocks (fused and packed kernels):
-        // the tokens' bsum pairs once for every row group (Q4_K / IQ4_XS at 2–512 tokens
-        // 2–5% faster, docs/perf.md "Session 32")
-        // SAFETY: m tokens of nb Q8_K blocks at ap (the caller's contract)
-        let pairs = (!amx && kind != Q6K).then(|| unsafe { pp.make(ap, astride, m, nb) });
-        groups::<16>(w, rows, rb, |g, next| {
-            let src = Pre { p: w[g * rb..].as_ptr() };
-            let o = o.at(g, 0);
-            // `$f`: the format, `$d`: its dot formula (Q5_K dots as Q4_K)
-            macro_rules! go {
-                ($f:expr, $d:expr) => {
-                    // SAFETY: 16 rows of nb blocks at src and m tokens (the caller's
-                    // contract); AMX usable when `amx` (takes_amx), its tail padded to 16.
-                    unsafe {
-                        if fused {
-                            // MAX_FUSED tokens at a time: the group's bytes stay in cache
-                            for t in (0..m).step_by(x86_fused16::MAX_FUSED) {
-                                let (ap, o, next) = (ap.add(t * astride), o.at(0, t), if t == 0 { next } else { None });
-                                let pairs = pairs.map(|(p, st)| (p.add(t * st), st));
-                                match m - t {
-                                    1 => x86_fused16::run::<{ $f }, 1, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
-                                    2 => x86_fused16::run::<{ $f }, 2, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
-                                    3 => x86_fused16::run::<{ $f }, 3, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
-                                    _ => x86_fused16::run::<{ $f }, 4, Pre>(nb, 16, src, ap, astride, o, pk, next, pairs),
-                                }
-                            }
-                        } else if amx {
-                            x86_amx::run::<{ $f }, { $d }, Pre>(nb, 16, src, ap, astride, m, tail, o, &mut am.0, next)
-                        } else {
-                            x86_pack16::run::<{ $f }, Pre>(nb, 16, src, ap, astride, m, o, p16, next, false, pairs)
-                        }
-                    }
-                };
-            }
-            match kind {
-                IQ4XS => go!(IQ4XS, IQ4XS),
-                Q6K => go!(Q6K, Q6K),
-                Q5K => go!(Q5K, Q4K),
-                _ => go!(Q4K, Q4K),
-            }
-        });
-    }))));
+}
+
+/// [`block`] on a CPU with GFNI: the codes decoded with bit-matrix multiplies
+/// (`x86_pack16::gf`), fewer operations a vector than shifts and masks.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,gfni")]
+unsafe fn block_gfni(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
+    block_body!(true, kind, n, w, rows, a, astride, m, o)
+}
+
+/// [`block`] without GFNI.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn block_vnni(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
+    block_body!(false, kind, n, w, rows, a, astride, m, o)
 }
 
 thread_local! {
