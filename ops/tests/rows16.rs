@@ -121,6 +121,23 @@ fn the_avx2_layout_passes_the_same_tests() {
     }
 }
 
+/// The same tests through the 16-row kernels' shift-and-mask decode (`PN_NO_GFNI`, a
+/// child process) on a machine whose default is the GFNI decode.
+#[test]
+fn the_decode_without_gfni_passes_the_same_tests() {
+    #[cfg(target_arch = "x86_64")]
+    if std::env::var_os("PN_NO_GFNI").is_none() && std::env::var_os("PN_NO_AVX512").is_none() && pn_ops::quant::has_gfni() {
+        let exe = std::env::current_exe().expect("the test binary");
+        let tests = ["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false"];
+        let out = std::process::Command::new(exe).env("PN_NO_GFNI", "1").args(tests).args(["--test-threads", "1"]).output().expect("run the test binary");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+        for t in tests {
+            assert!(text.contains(&format!("{t} ... ok")), "the child ran {t}: {text}");
+        }
+    }
+}
+
 /// MXFP4's e8m0 scales, every exponent 0..=160 (the small ones take the subnormal-half
 /// branch of `e8m0_to_f32_half`, which random scale bytes seldom hit; rows 0..8 only
 /// exponents 0..6, so their sums are made of those), bitwise `vec_dot` through the layout

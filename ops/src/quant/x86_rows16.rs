@@ -301,7 +301,7 @@ macro_rules! block_body {
 pub(crate) unsafe fn block(kind: u8, n: usize, w: &[u8], rows: usize, a: &[u8], astride: usize, m: usize, o: super::x86_pack16::Out) {
     // SAFETY: the caller's contract; GFNI where detected.
     unsafe {
-        if super::x86::has_gfni() && super::x86_block::knob(super::x86_block::KNOB_EXP, 1) != 0 {
+        if super::x86::has_gfni() {
             block_gfni(kind, n, w, rows, a, astride, m, o)
         } else {
             block_vnni(kind, n, w, rows, a, astride, m, o)
