@@ -6,6 +6,11 @@
 //! With 1–4 tokens per expert (256 experts, top-8, a 128-token batch; 16 decode slots of
 //! 64 experts) the stores of the packed form cost about as much as the products.
 //!
+//! From the `rows16` layout on a CPU with GFNI (`Src::GFNI`) the bit fields move with
+//! one `vgf2p8affineqb` each (`x86_pack16::gf`): a Q6_K vector in 2–3 operations instead
+//! of 3–4, a Q5_K one in 2–3 instead of 5–6, Q4_K's high nibbles in one instead of two;
+//! one thread, 1–4 tokens: Q5_K 15–23%, Q6_K 9–17% faster (docs/perf.md "Session 33").
+//!
 //! Exactness: the integer sums of each sub-block are exact whatever their order, and
 //! the scales, corrections and the float step are `x86_pack16`'s own (`pack_scales16`,
 //! `finish16`), so every lane is bitwise the single-row kernel's.
