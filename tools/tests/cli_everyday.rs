@@ -225,6 +225,17 @@ fn a_closed_pipe_is_a_quiet_success_in_every_command() {
     broken_pipe(&["chat", "-m", &m, "-n", "2"], Some("hi\n"));
 }
 
+/// `pn bench`'s JSON: the best repetition's rates and the first repetition's prefill (a
+/// fresh process's first prompt), never above the best.
+#[test]
+fn bench_reports_best_and_first_prefill() {
+    let o = ok(&["bench", "-m", &fx(M), "--prompt-len", "8", "--gen", "2", "--reps", "3"]);
+    let v: serde_json::Value = serde_json::from_str(o.stdout.trim()).unwrap();
+    let (best, first) = (v["pp_tok_s"].as_f64().unwrap(), v["first_pp_tok_s"].as_f64().unwrap());
+    assert!(first > 0.0 && first <= best, "first {first}, best {best}: {v}");
+    assert!(v["tg_tok_s"].as_f64().is_some_and(|x| x > 0.0), "{v}");
+}
+
 #[test]
 fn dash_is_stdin_and_stdout() {
     let m = fx(M);
