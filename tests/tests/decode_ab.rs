@@ -2,9 +2,9 @@
 //! (ignored; the only A/B a noisy shared box leaves meaningful):
 //! `MODEL=/tmp/fd.gguf CFGS="plain=10:0;r16=" cargo test --release -p pn-tests --test
 //! decode_ab -- --ignored --nocapture`. Each round runs `STEPS` decode steps per set
-//! (after a 16-token prompt, in fresh states), `ROUNDS` rounds; prints tok/s best and
-//! median per set and the median of the per-round ratios to the first set. `SLOTS=K`:
-//! K sequences per step (`Runner::forward_multi`).
+//! (after a 16-token prompt, in fresh states; `CONTEXT=N`: an N-token one), `ROUNDS`
+//! rounds; prints tok/s best and median per set and the median of the per-round ratios to
+//! the first set. `SLOTS=K`: K sequences per step (`Runner::forward_multi`).
 #![cfg(target_arch = "x86_64")]
 
 use pn_engine::gguf::{Gguf, LoadMode};
@@ -50,7 +50,8 @@ fn decode_ab() {
     let Some(r) = runner() else { return };
     let (steps, rounds, slots) = (env("STEPS", 16), env("ROUNDS", 10), env("SLOTS", 1));
     let cf = cfgs();
-    let prompt: Vec<u32> = (0..16).map(|i| 100 + 7 * i).collect();
+    // `CONTEXT`: the prompt's length, the context each decode step attends over
+    let prompt: Vec<u32> = (0..env("CONTEXT", 16)).map(|i| 100 + (7 * i % 3000) as u32).collect();
     let mut times = vec![Vec::new(); cf.len()];
     for round in 0..rounds + 1 {
         for (c, (_, kn)) in cf.iter().enumerate() {
