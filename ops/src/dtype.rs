@@ -110,7 +110,7 @@ impl GgmlType {
             }
             n >> bs.trailing_zeros()
         } else {
-            if n % bs != 0 {
+            if !n.is_multiple_of(bs) {
                 return None;
             }
             n / bs

@@ -12,8 +12,11 @@
 //! (`exp_is_within_two_ulp`, against f64 over 2^26 sampled inputs).
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
-/// ln 2 = LN2_HI + LN2_LO, LN2_HI with its low 8 mantissa bits zero.
+/// ln 2 = LN2_HI + LN2_LO, LN2_HI with its low 8 mantissa bits zero (both written as
+/// the exact decimal of their f32 value, hence the allow).
+#[allow(clippy::excessive_precision)]
 const LN2_HI: f32 = 0.693_145_751_953_125;
+#[allow(clippy::excessive_precision)]
 const LN2_LO: f32 = 1.428_606_820_309_417_2e-6;
 /// 1/k!, k = 2..=7, rounded to f32.
 const C: [f32; 6] = [1.0 / 2.0, 1.0 / 6.0, 1.0 / 24.0, 1.0 / 120.0, 1.0 / 720.0, 1.0 / 5040.0];

@@ -382,7 +382,7 @@ impl Op {
                 let b = &ins[1];
                 let tiles = match b.dtype {
                     DType::F32 | DType::Weight(crate::GgmlType::F32) => {
-                        (0..4).all(|i| b.shape.0[i] > 0 && ins[0].shape.0[i] % b.shape.0[i] == 0)
+                        (0..4).all(|i| b.shape.0[i] > 0 && ins[0].shape.0[i].is_multiple_of(b.shape.0[i]))
                     }
                     _ => false,
                 };
@@ -395,7 +395,7 @@ impl Op {
                 arity(1)?;
                 want_f32(k, "x", &ins[0])?;
                 let ne0 = ins[0].shape.0[0];
-                if *group == 0 || ne0 % group != 0 || offset + len > *group {
+                if *group == 0 || !ne0.is_multiple_of(*group) || offset + len > *group {
                     return Err(shape_err(k, format!("ne0 a multiple of {group}, slice [{offset}, {}) inside it", offset + len), ins[0].shape));
                 }
                 let mut s = ins[0].shape;

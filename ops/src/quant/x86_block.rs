@@ -434,9 +434,9 @@ const FUSED8_MIN_ROWS: usize = 4;
 
 thread_local! {
     // SAFETY: an all-zero bit pattern is a valid Packed8 (vectors and floats).
-    pub(super) static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
+    pub(super) static SCALES8: std::cell::RefCell<x86_pack8::Packed8> = const { std::cell::RefCell::new(unsafe { std::mem::zeroed() }) };
     // SAFETY: an all-zero bit pattern is a valid Packed16 (vectors and floats).
-    pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = std::cell::RefCell::new(unsafe { std::mem::zeroed() });
+    pub(super) static SCALES16: std::cell::RefCell<x86_pack16::Packed16> = const { std::cell::RefCell::new(unsafe { std::mem::zeroed() }) };
     pub(super) static PACKED8: std::cell::RefCell<x86_pack8::Scratch8> = std::cell::RefCell::new(x86_pack8::Scratch8::default());
     pub(super) static PAIRS8: std::cell::RefCell<Box<super::x86_pack8x2::Scratch>> = std::cell::RefCell::new(Box::default());
     pub(super) static BCAST8: std::cell::RefCell<super::x86_bcast8::Scratch> = std::cell::RefCell::new(super::x86_bcast8::Scratch::default());

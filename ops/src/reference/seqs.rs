@@ -31,6 +31,9 @@ fn slice_tokens(x: &Tensor, t: usize, sp: SeqSpan) -> Result<Tensor, String> {
     })
 }
 
+/// One sequence's run of a stateful op: its inputs, its output's meta, its state.
+pub type SeqExec<'a> = dyn FnMut(&[Value<'_>], &TensorMeta, &mut LayerState) -> Result<Tensor, OpError> + 'a;
+
 /// Runs `exec` (one sequence's op: inputs, output meta, state) for every sequence of
 /// `spans` on its tokens and state `states[i]`; returns the outputs of `meta`, sequence
 /// after sequence.
@@ -40,7 +43,7 @@ pub fn per_sequence(
     meta: &TensorMeta,
     spans: &[SeqSpan],
     states: &mut [&mut LayerState],
-    exec: &mut dyn FnMut(&[Value<'_>], &TensorMeta, &mut LayerState) -> Result<Tensor, OpError>,
+    exec: &mut SeqExec<'_>,
 ) -> Result<Tensor, OpError> {
     let bad = |msg: String| OpError::Invalid { op: op.kind(), msg };
     let t: usize = spans.iter().map(|s| s.len).sum();
