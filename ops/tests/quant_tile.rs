@@ -193,7 +193,7 @@ fn block_tests_pass_on_the_avx2_path() {
 }
 
 /// The same block tests through the AVX-512 kernels (`PN_NO_AMX`) on a machine whose
-/// K-quant blocks of 16 or more tokens otherwise take the AMX tiles.
+/// K-quant blocks of 32 or more tokens (Q8_0: 16) otherwise take the AMX tiles.
 #[test]
 fn block_tests_pass_without_amx() {
     if std::env::var_os("PN_NO_AMX").is_none() && std::env::var_os("PN_NO_AVX512").is_none() && pn_ops::quant::has_amx() {

@@ -380,12 +380,15 @@ pub fn set_knobs(v: &[usize; N_KNOBS]) {
 /// dot products). Both paths are bitwise equal to the single-row kernel.
 const PACK_MIN_TOKENS: usize = 4;
 
-/// Tokens from which the K-quants run through the AMX tiles (`x86_amx`, 16 tokens per
-/// tile product) where the CPU has them. Measured (`moe_bench`, Intel Xeon 6/207, 2
-/// threads, calls interleaved, best of 10): MoeExperts, 64 experts, 64 tokens (~8 per
-/// expert) from 8: 10.75 ms, from 12: 10.04, from 16: 9.86, without AMX 9.96; 128 tokens
-/// 16.13 / 15.80 / 15.97 / 16.13; MatMul Q4_K 2048×4096 at 16 tokens 0.99 vs 1.23 ms.
-const AMX_MIN_TOKENS: usize = 16;
+/// Tokens from which Q4_K, Q5_K and IQ4_XS run through the AMX tiles (`x86_amx`, 16
+/// tokens per tile product) where the CPU has them. Measured (`moe_bench
+/// matmul_few_tokens`, Intel Xeon 6/207 with AMX, 2 threads, calls interleaved, AMX vs
+/// the AVX-512 kernels, best ms; session 34, after sessions 29–33 made the AVX-512 side
+/// faster): Q4_K 2048×4096 n = 16 1.270 vs 0.978, 24 1.705 vs 1.509, 32 1.946 vs 1.904,
+/// 48 2.680 vs 2.721, 64 3.482 vs 3.602; Q5_K 16 1.343 vs 1.105, 24 1.976 vs 1.793, 32
+/// 2.123 vs 2.223; IQ4_XS 16 1.208 vs 1.046, 24 1.797 vs 1.661, 32 1.906 vs 2.147 (it was
+/// 16 when AMX won at 16 tokens: 0.99 vs 1.23 ms in session 8).
+const AMX_MIN_TOKENS: usize = 32;
 
 /// Tokens from which Q6_K runs through the AMX tiles (its split form, `x86_amx_split`: 8
 /// tile products per super-block and 16 tokens, the scales and the codes' offset folded
