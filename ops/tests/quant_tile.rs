@@ -4,7 +4,7 @@
 mod quant_common;
 
 use pn_ops::quant::{quantize_row, vec_dot, vec_dot_tile, vec_dot_type, MAX_TILE};
-use quant_common::{random_weight_row, weight_types, Rng};
+use quant_common::{random_weight_row, rerun_in_child, weight_types, Rng};
 
 #[test]
 fn tile_matches_vec_dot_bitwise() {
@@ -170,17 +170,7 @@ fn block_fused_shapes_match_vec_dot_bitwise() {
 /// Runs this binary's `block_` tests in a child process with `var=1` (the kernel switches
 /// are read once per process) and checks that they ran and passed.
 fn block_tests_pass_with(var: &str) {
-    let exe = std::env::current_exe().expect("the test binary");
-    let out = std::process::Command::new(exe)
-        .env(var, "1")
-        .args(["block_", "--test-threads", "1"])
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{var}: {text}{}", String::from_utf8_lossy(&out.stderr));
-    for t in ["block_matches_vec_dot_bitwise", "block_extremes_match_vec_dot_bitwise", "block_fused_shapes_match_vec_dot_bitwise", "f32_block_matches_vec_dot_bitwise"] {
-        assert!(text.contains(&format!("{t} ... ok")), "{var}: the child ran {t}: {text}");
-    }
+    rerun_in_child(var, &["block_"], &["block_matches_vec_dot_bitwise", "block_extremes_match_vec_dot_bitwise", "block_fused_shapes_match_vec_dot_bitwise", "f32_block_matches_vec_dot_bitwise"]);
 }
 
 /// The same block tests through the plain-AVX2 kernels (`PN_NO_AVX512`) on a machine

@@ -10,7 +10,7 @@ mod quant_common;
 
 use pn_ops::quant::{quantize_row, rows16, vec_dot, vec_dot_type};
 use pn_ops::GgmlType;
-use quant_common::{random_weight_row, Rng};
+use quant_common::{random_weight_row, rerun_in_child, Rng};
 
 fn weights(rng: &mut Rng, ty: GgmlType, n: usize, rows: usize) -> Vec<u8> {
     (0..rows).flat_map(|_| random_weight_row(rng, ty, n)).collect()
@@ -108,17 +108,8 @@ fn the_avx2_layout_passes_the_same_tests() {
     if std::env::var_os("PN_NO_AVX512").is_some() || !cfg!(target_arch = "x86_64") {
         return;
     }
-    let exe = std::env::current_exe().expect("the test binary");
-    let out = std::process::Command::new(exe)
-        .env("PN_NO_AVX512", "1")
-        .args(["repacked_dots_are_bitwise_vec_dot", "mxfp4_every_scale_exponent", "bad_lengths_give_nan_or_false", "--test-threads", "1"])
-        .output()
-        .expect("run the test binary");
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-    for t in ["repacked_dots_are_bitwise_vec_dot", "mxfp4_every_scale_exponent", "bad_lengths_give_nan_or_false"] {
-        assert!(text.contains(&format!("{t} ... ok")), "the child ran {t}: {text}");
-    }
+    let tests = ["repacked_dots_are_bitwise_vec_dot", "mxfp4_every_scale_exponent", "bad_lengths_give_nan_or_false"];
+    rerun_in_child("PN_NO_AVX512", &tests, &tests);
 }
 
 /// The same tests through the 16-row kernels' shift-and-mask decode (`PN_NO_GFNI`, a
@@ -127,14 +118,8 @@ fn the_avx2_layout_passes_the_same_tests() {
 fn the_decode_without_gfni_passes_the_same_tests() {
     #[cfg(target_arch = "x86_64")]
     if std::env::var_os("PN_NO_GFNI").is_none() && std::env::var_os("PN_NO_AVX512").is_none() && pn_ops::quant::has_gfni() {
-        let exe = std::env::current_exe().expect("the test binary");
         let tests = ["repacked_dots_are_bitwise_vec_dot", "bad_lengths_give_nan_or_false"];
-        let out = std::process::Command::new(exe).env("PN_NO_GFNI", "1").args(tests).args(["--test-threads", "1"]).output().expect("run the test binary");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
-        for t in tests {
-            assert!(text.contains(&format!("{t} ... ok")), "the child ran {t}: {text}");
-        }
+        rerun_in_child("PN_NO_GFNI", &tests, &tests);
     }
 }
 

@@ -20,6 +20,11 @@ fn cfgs() -> Vec<(String, [usize; pn_ops::quant::N_KNOBS])> {
     pn_ops::testing::knob_sets(&std::env::var("CFGS").unwrap_or_else(|_| "plain=10:0;r16=".into())).expect("CFGS")
 }
 
+/// `n` tokens 100 + (7i mod 3000): decode_ab's prompt, prefill_ab's `TOKENS=seq`.
+fn seq_tokens(n: usize) -> Vec<u32> {
+    (0..n).map(|i| (100 + 7 * i % 3000) as u32).collect()
+}
+
 /// The runner of the `MODEL` file on the CPU (`THREADS`, default 2); None (and a note)
 /// without `MODEL`.
 fn runner() -> Option<Runner> {
@@ -51,7 +56,7 @@ fn decode_ab() {
     let (steps, rounds, slots) = (env("STEPS", 16), env("ROUNDS", 10), env("SLOTS", 1));
     let cf = cfgs();
     // `CONTEXT`: the prompt's length, the context each decode step attends over
-    let prompt: Vec<u32> = (0..env("CONTEXT", 16)).map(|i| 100 + (7 * i % 3000) as u32).collect();
+    let prompt = seq_tokens(env("CONTEXT", 16));
     let mut times = vec![Vec::new(); cf.len()];
     for round in 0..rounds + 1 {
         for (c, (_, kn)) in cf.iter().enumerate() {
@@ -95,7 +100,7 @@ fn prefill_ab() {
     // `pn bench`'s token stream (TOKENS=seq: 100 + 7i mod 3000)
     let v = r.model().n_vocab() - 8;
     let prompt: Vec<u32> = if std::env::var("TOKENS").is_ok_and(|t| t == "seq") {
-        (0..n).map(|i| (100 + 7 * i % 3000) as u32).collect()
+        seq_tokens(n)
     } else {
         (0..n).map(|i| ((i * 7919 + 13) % v) as u32).collect()
     };

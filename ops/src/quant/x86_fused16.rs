@@ -16,7 +16,7 @@
 //! `finish16`), so every lane is bitwise the single-row kernel's.
 
 use super::q8::{Q8_K_BYTES, Q8_K_QS};
-use super::x86_pack16::{bcast4, finish16, gf, high_nibbles, pack_scales16, store_tile, Corr, Out, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q5K_BIT4, Q6K, Q6K_BITS45};
+use super::x86_pack16::{bcast4, finish16, gf, high_nibbles, nibble_under, pack_scales16, store_tile, Corr, Out, Packed16, Rows, Src, IQ4NL_U8, IQ4XS, Q4K, Q5K, Q5K_BIT4, Q6K, Q6K_BITS45};
 use std::arch::x86_64::*;
 
 /// Most tokens of the fused kernels (more: the accumulators spill, and measured direct
@@ -139,22 +139,20 @@ unsafe fn ints16<const F: u8, const M: usize, S: Src>(
                 let (mut al, mut ah) = ([z; M], [z; M]);
                 let (mut bl, mut bh) = ([z; M], [z; M]);
                 for g in 0..8 {
-                    let (mut l, mut h);
-                    if F == Q5K && S::GFNI {
+                    let (l, h) = if F == Q5K && S::GFNI {
                         // the fifth bits (2c, 2c + 1 of the qh byte) straight to bit 4,
                         // one select each with the low / high nibble
-                        l = _mm512_ternarylogic_epi32::<0xCA>(m4, q[g], gf(qh[g], Q5K_BIT4[2 * c]));
-                        h = _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(q[g]), gf(qh[g], Q5K_BIT4[2 * c + 1]));
+                        (nibble_under(q[g], qh[g], Q5K_BIT4[2 * c]), nibble_under(_mm512_srli_epi16::<4>(q[g]), qh[g], Q5K_BIT4[2 * c + 1]))
                     } else {
-                        l = _mm512_and_si512(q[g], m4);
-                        h = high_nibbles(q[g], S::GFNI);
-                    }
-                    if F == Q5K && !S::GFNI {
-                        let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
-                        let bh = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
-                        l = _mm512_or_si512(l, _mm512_slli_epi16::<4>(bl));
-                        h = _mm512_or_si512(h, _mm512_slli_epi16::<4>(bh));
-                    }
+                        let (mut l, mut h) = (_mm512_and_si512(q[g], m4), high_nibbles(q[g], S::GFNI));
+                        if F == Q5K {
+                            let bl = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32)), one);
+                            let bh = _mm512_and_si512(_mm512_srl_epi16(qh[g], _mm_cvtsi32_si128(2 * c as i32 + 1)), one);
+                            l = _mm512_or_si512(l, _mm512_slli_epi16::<4>(bl));
+                            h = _mm512_or_si512(h, _mm512_slli_epi16::<4>(bh));
+                        }
+                        (l, h)
+                    };
                     for j in 0..M {
                         if g % 2 == 0 {
                             al[j] = _mm512_dpbusd_epi32(al[j], l, act!(j, 8 * (2 * c) + g));

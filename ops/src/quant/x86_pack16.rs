@@ -66,6 +66,14 @@ pub(super) unsafe fn gf(v: __m512i, m: i64) -> __m512i {
     unsafe { _mm512_gf2p8affine_epi64_epi8::<0>(v, _mm512_set1_epi64(m)) }
 }
 
+/// A Q5_K / Q6_K code from the GFNI decode: the low nibble of every byte of `nib` under
+/// the bits that matrix `m` moves out of the qh bytes `qh` to bits 4.. (one select).
+#[inline(always)]
+pub(super) unsafe fn nibble_under(nib: __m512i, qh: __m512i, m: i64) -> __m512i {
+    // SAFETY: GFNI and AVX-512 enabled in every caller that reaches this (`Src::GFNI`).
+    unsafe { _mm512_ternarylogic_epi32::<0xCA>(_mm512_set1_epi8(0x0f), nib, gf(qh, m)) }
+}
+
 /// Per qh bit b, the matrix moving it to bit 4 (Q5_K's fifth bit of sub-block b).
 pub(super) const Q5K_BIT4: [i64; 8] = {
     let mut t = [0i64; 8];
@@ -173,7 +181,7 @@ unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
                         for (k, &mk) in Q6K_BITS45.iter().enumerate() {
                             let qv = q[k % 2][g];
                             let l = if k < 2 { qv } else { _mm512_srli_epi16::<4>(qv) };
-                            pk.w[8 * (4 * half + k) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, l, gf(h[g], mk));
+                            pk.w[8 * (4 * half + k) + g] = nibble_under(l, h[g], mk);
                         }
                     }
                     continue;
@@ -202,9 +210,8 @@ unsafe fn pack_elements<const F: u8, S: Src>(s: S, pk: &mut Packed16) {
                     if F == Q5K && S::GFNI {
                         // the fifth bits (2c, 2c + 1 of the qh byte) straight to bit 4, then
                         // one select each with the low / high nibble
-                        let (bl, bh) = (gf(qh[g], Q5K_BIT4[2 * c]), gf(qh[g], Q5K_BIT4[2 * c + 1]));
-                        pk.w[8 * (2 * c) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, q[g], bl);
-                        pk.w[8 * (2 * c + 1) + g] = _mm512_ternarylogic_epi32::<0xCA>(m4, _mm512_srli_epi16::<4>(q[g]), bh);
+                        pk.w[8 * (2 * c) + g] = nibble_under(q[g], qh[g], Q5K_BIT4[2 * c]);
+                        pk.w[8 * (2 * c + 1) + g] = nibble_under(_mm512_srli_epi16::<4>(q[g]), qh[g], Q5K_BIT4[2 * c + 1]);
                         continue;
                     }
                     let (mut l, mut h) = (lo!(q[g]), hi!(q[g]));

@@ -134,3 +134,21 @@ pub fn weight_types() -> Vec<GgmlType> {
         .filter(|t| t.is_supported_weight())
         .collect()
 }
+
+/// Reruns this test binary in a child process with `var=1` (a dispatch switch read once
+/// per process), filtered by `filters` on one thread; asserts that it passed and that
+/// every test of `expect` ran and passed in it.
+pub fn rerun_in_child(var: &str, filters: &[&str], expect: &[&str]) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let out = std::process::Command::new(exe)
+        .env(var, "1")
+        .args(filters)
+        .args(["--test-threads", "1"])
+        .output()
+        .expect("run the test binary");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{var}: {text}{}", String::from_utf8_lossy(&out.stderr));
+    for t in expect {
+        assert!(text.contains(&format!("{t} ... ok")), "{var}: the child ran {t}: {text}");
+    }
+}
