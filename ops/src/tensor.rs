@@ -169,7 +169,9 @@ pub struct WeightView<'a> {
     pub shape: Shape,
     pub bytes: &'a [u8],
     /// The same rows in the `rows16` layout (`quant::rows16`), when the loader made that
-    /// copy for the CPU's matmuls; `bytes` stays the plain rows (every other reader).
+    /// copy for the CPU's matmuls; `bytes` stays the plain rows (every other reader). It
+    /// may hold only the first rows (a matrix's whole 16-row groups: the last `rows % 16`
+    /// are read from `bytes`).
     pub rows16: Option<&'a [u8]>,
 }
 
@@ -196,7 +198,7 @@ impl<'a> WeightView<'a> {
             ty: self.ty,
             shape: Shape::d2(self.shape.0[0], self.shape.0[1]),
             bytes: &self.bytes[e * mb..(e + 1) * mb],
-            rows16: self.rows16.map(|p| &p[e * mb..(e + 1) * mb]),
+            rows16: self.rows16.and_then(|p| p.get(e * mb..(e + 1) * mb)),
         }
     }
     /// The whole tensor dequantized to f32 (for small tensors: norms, biases, conv taps).

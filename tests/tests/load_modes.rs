@@ -90,3 +90,34 @@ fn plain_copies_hold_the_files_bytes() {
     assert_eq!(anon.prepare_plain_copies(&all), 0, "a file in anonymous memory is not copied again");
     assert_eq!(anon.host_bytes(0).map(<[u8]>::as_ptr), Some(anon.tensor_bytes(&anon.tensors[0]).as_ptr()));
 }
+
+/// The `rows16` copies: an expert stack's copy holds all its rows; a matrix whose rows
+/// are not whole 16-row groups (the fixture's 1027-row LM head) gets a copy of its first
+/// 1024 rows, its last 3 read from the file — and the logits are the copy-free load's.
+#[test]
+fn rows16_copies_cover_whole_16_row_groups() {
+    let path = fixture("ktiny-q4_k_m.gguf");
+    let g = Gguf::open_with(&path, LoadMode::Mmap).expect("opens");
+    if !pn_ops::quant::rows16::available(pn_ops::GgmlType::Q6K, 256, 16) {
+        return; // no interleaved layout on this CPU: nothing to check
+    }
+    let all: Vec<usize> = (0..g.tensors.len()).collect();
+    assert!(g.prepare_rows16(&all) > 0, "copies made");
+    let find = |name: &str| g.tensors.iter().position(|t| t.name == name).expect(name);
+    let head = &g.tensors[find("output.weight")];
+    let (k, rows) = (head.ne[0] as usize, head.ne[1] as usize);
+    assert_eq!((rows % 16, head.ty), (3, pn_ops::GgmlType::Q6K), "the fixture's LM head: 1027 Q6_K rows");
+    let rb = head.ty.row_bytes(k).unwrap();
+    let copy = g.rows16(find("output.weight")).expect("the LM head's whole 16-row groups are copied");
+    assert_eq!(copy.len(), rows / 16 * 16 * rb, "its first {} rows", rows / 16 * 16);
+    let mut want = vec![0u8; copy.len()];
+    assert!(pn_ops::quant::rows16::repack(head.ty, k, rows / 16 * 16, &g.tensor_bytes(head)[..copy.len()], &mut want));
+    assert!(copy == &want[..], "the copy is those rows interleaved");
+    let exps = find("blk.0.ffn_down_exps.weight");
+    assert_eq!(g.rows16(exps).map(<[u8]>::len), Some(g.tensors[exps].n_bytes as usize), "a stack's copy holds every expert");
+    // a runner reads the copies (and the LM head's last rows from the file): the logits
+    // are those of the load that makes no copies
+    let with = logits(Gguf::open_with(&path, LoadMode::Mmap).unwrap());
+    let without = logits(Gguf::open_with(&path, LoadMode::Copy).unwrap());
+    assert_eq!(with.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), without.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+}

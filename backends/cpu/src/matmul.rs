@@ -132,10 +132,12 @@ pub(crate) unsafe fn dot_rows_tokens(w: &WeightView<'_>, k: usize, r0: usize, nr
     if nr == 0 || t == 0 {
         return;
     }
-    if let Some(p) = rows16_block(w, k, r0, nr) {
+    if let Some((p, lead)) = rows16_block(w, k, r0, nr) {
         // SAFETY: the caller's contract on dst
-        if unsafe { quant::rows16::vec_dot_block_tokens(w.ty, k, p, nr, xq, rb, t, dst, tstride) } {
-            return;
+        if unsafe { quant::rows16::vec_dot_block_tokens(w.ty, k, p, lead, xq, rb, t, dst, tstride) } {
+            // the rows past the copy (a matrix's last `rows % 16`) from the plain bytes
+            // SAFETY: rows lead.. of the caller's block, at their columns of dst
+            return unsafe { dot_rows_tokens(w, k, r0 + lead, nr - lead, xq, rb, t, dst.add(lead), tstride) };
         }
     }
     if t == 1 {
@@ -167,21 +169,30 @@ thread_local! {
 /// is one and the block starts on a 16-row group, else from the plain rows.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &[u8], rb: usize, t: usize, out: &mut [f32], ostride: usize) {
-    match rows16_block(w, k, r0, nr) {
-        Some(p) => quant::rows16::vec_dot_block(w.ty, k, p, nr, xq, rb, t, out, ostride),
-        None => {
-            let wrb = w.ty.row_bytes(k).unwrap_or(0);
-            quant::vec_dot_block(w.ty, k, w.bytes.get(r0 * wrb..).unwrap_or(&[]), wrb, nr, xq, rb, t, out, ostride)
+    let lead = match rows16_block(w, k, r0, nr) {
+        Some((p, lead)) => {
+            quant::rows16::vec_dot_block(w.ty, k, p, lead, xq, rb, t, out, ostride);
+            lead
         }
+        None => 0,
+    };
+    if lead < nr {
+        // the plain rows: every row, or those past the copy (a matrix's last `rows % 16`)
+        let wrb = w.ty.row_bytes(k).unwrap_or(0);
+        let out = out.get_mut(lead * ostride..).unwrap_or(&mut []);
+        quant::vec_dot_block(w.ty, k, w.bytes.get((r0 + lead) * wrb..).unwrap_or(&[]), wrb, nr - lead, xq, rb, t, out, ostride)
     }
 }
 
-/// Rows `r0..` of `w`'s `rows16` copy, where there is one, the block `r0..r0 + nr` starts
-/// and ends on 16-row groups and the copies are read (`rows16_on`); else None (the plain
-/// rows).
-fn rows16_block<'a>(w: &WeightView<'a>, k: usize, r0: usize, nr: usize) -> Option<&'a [u8]> {
-    let p = w.rows16.filter(|_| r0 % 16 == 0 && nr % 16 == 0 && rows16_on())?;
-    Some(p.get(r0 * w.ty.row_bytes(k).unwrap_or(0)..).unwrap_or(&[]))
+/// Rows `r0..` of `w`'s `rows16` copy and how many of the block's `nr` rows it serves
+/// (whole 16-row groups: all `nr`, or those before the copy ends), where there is a copy,
+/// the block starts on a 16-row group and the copies are read (`rows16_on`); else None
+/// (the plain rows).
+fn rows16_block<'a>(w: &WeightView<'a>, k: usize, r0: usize, nr: usize) -> Option<(&'a [u8], usize)> {
+    let p = w.rows16.filter(|_| r0 % 16 == 0 && rows16_on())?;
+    let rb = w.ty.row_bytes(k).filter(|&rb| rb > 0)?;
+    let lead = (p.len() / rb).saturating_sub(r0).min(nr) / 16 * 16;
+    (lead > 0).then(|| (&p[r0 * rb..], lead))
 }
 
 /// Rows a batched matmul task takes: `ROW_BLOCK_BATCH`; the Q8_0-activation formats 256

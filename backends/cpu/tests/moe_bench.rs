@@ -148,10 +148,11 @@ fn moe_few_tokens() {
 }
 
 /// `w` (`rows` rows of `k` elements of `ty`) in the `rows16` layout where the loader
-/// would make it (empty: none).
+/// would make it (empty: none): its whole 16-row groups, as the loader copies a matrix.
 fn rows16_of(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Vec<u8> {
-    let mut p = vec![0u8; w.len()];
-    if pn_ops::quant::rows16::repack(ty, k, rows, w, &mut p) {
+    let covered = rows / 16 * 16;
+    let mut p = vec![0u8; covered * ty.row_bytes(k).unwrap_or(0)];
+    if pn_ops::quant::rows16::repack(ty, k, covered, &w[..p.len()], &mut p) {
         p
     } else {
         Vec::new()

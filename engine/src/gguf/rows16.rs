@@ -11,9 +11,12 @@ use pn_ops::quant::rows16;
 
 impl Gguf {
     /// Makes the `rows16` copy of every tensor of `ixs` that has one on this CPU (a
-    /// K-quant matrix or expert stack with rows in whole 16-row groups; see
-    /// `rows16::available`), in parallel over row groups. Returns the bytes made. A
-    /// tensor made before is skipped.
+    /// quantized matrix or expert stack of a type `rows16::available` takes), in parallel
+    /// over row groups. Returns the bytes made. A tensor made before is skipped. An expert
+    /// stack needs each matrix in whole 16-row groups (an expert's copy starts where its
+    /// plain bytes do); a single matrix gets its whole 16-row groups copied and its last
+    /// `rows % 16` rows stay plain (an LM head of 4099 rows: 4096 in the copy), so the
+    /// copy may be shorter than the tensor.
     pub fn prepare_rows16(&self, ixs: &[usize]) -> u64 {
         if matches!(self.backing, Backing::Anon(_)) {
             return 0;
@@ -21,13 +24,15 @@ impl Gguf {
         let mut made = 0;
         for &ix in ixs {
             let Some(info) = self.tensors.get(ix) else { continue };
-            let (n, rows) = (info.ne[0] as usize, info.ne[1] as usize);
-            let all_rows = rows * (info.ne[2] * info.ne[3]) as usize;
-            if !rows16::available(info.ty, n, rows) || self.rows16[ix].get().is_some() {
+            let (n, rows, mats) = (info.ne[0] as usize, info.ne[1] as usize, (info.ne[2] * info.ne[3]) as usize);
+            // rows of the copy: every row of a stack, a matrix's whole 16-row groups
+            let covered = if mats == 1 { rows / 16 * 16 } else { rows * mats };
+            if !rows16::available(info.ty, n, if mats == 1 { covered } else { rows }) || self.rows16[ix].get().is_some() {
                 continue;
             }
             let Some(src) = self.try_tensor_bytes(info) else { continue };
-            let copy = repacked(info.ty, n, all_rows, src);
+            let Some(src) = info.ty.row_bytes(n).and_then(|rb| src.get(..covered * rb)) else { continue };
+            let copy = repacked(info.ty, n, covered, src);
             if copy.is_some() {
                 made += src.len() as u64;
                 self.drop_plain_pages(src);
@@ -37,7 +42,8 @@ impl Gguf {
         made
     }
 
-    /// Tensor `ix`'s `rows16` copy, if made.
+    /// Tensor `ix`'s `rows16` copy, if made: its first rows (all of them, or a matrix's
+    /// whole 16-row groups; see [`Gguf::prepare_rows16`]).
     pub fn rows16(&self, ix: usize) -> Option<&[u8]> {
         self.rows16.get(ix)?.get()?.as_deref()
     }
