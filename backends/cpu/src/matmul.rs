@@ -189,7 +189,7 @@ pub(crate) fn dot_rows(w: &WeightView<'_>, k: usize, r0: usize, nr: usize, xq: &
 /// the block starts on a 16-row group and the copies are read (`rows16_on`); else None
 /// (the plain rows).
 fn rows16_block<'a>(w: &WeightView<'a>, k: usize, r0: usize, nr: usize) -> Option<(&'a [u8], usize)> {
-    let p = w.rows16.filter(|_| r0 % 16 == 0 && rows16_on())?;
+    let p = w.rows16.filter(|_| r0.is_multiple_of(16) && rows16_on())?;
     let rb = w.ty.row_bytes(k).filter(|&rb| rb > 0)?;
     let lead = (p.len() / rb).saturating_sub(r0).min(nr) / 16 * 16;
     (lead > 0).then(|| (&p[r0 * rb..], lead))
