@@ -164,8 +164,11 @@ pub struct PassIo<'p, 'l> {
     pub timing: Option<&'p mut (dyn FnMut(usize) + Send)>,
     /// After op `i`, with its output as a host tensor (observers, PN_DEBUG=3); the
     /// caller's thread.
-    pub observe: Option<&'p mut dyn FnMut(usize, &Tensor)>,
+    pub observe: Option<Observer<'p>>,
 }
+
+/// A pass's observer: op `i`'s output as a host tensor ([`PassIo::observe`]).
+pub type Observer<'a> = &'a mut dyn FnMut(usize, &Tensor);
 
 /// An executable's failure: at op `op` of its segment (None: the segment as a whole).
 #[derive(Debug)]

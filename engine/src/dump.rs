@@ -111,7 +111,10 @@ fn dot_escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
 }
 
-pub fn dot(g: &Graph, layers: Option<Range<usize>>, cluster_of: Option<&dyn Fn(&Node) -> (String, String)>) -> String {
+/// A node's cluster in a `dot` dump: (label, fill colour).
+pub type ClusterOf<'a> = &'a dyn Fn(&Node) -> (String, String);
+
+pub fn dot(g: &Graph, layers: Option<Range<usize>>, cluster_of: Option<ClusterOf<'_>>) -> String {
     let mut s = String::from("digraph pantheon {\n  rankdir=TB;\n  node [shape=box, fontsize=10];\n");
     let mut clusters: BTreeMap<String, (String, Vec<String>)> = BTreeMap::new();
     let mut edges = String::new();

@@ -168,6 +168,9 @@ impl Slots {
     /// [`Slots::bind`], handing the sequence back with the error when it cannot be bound
     /// (no free slot, or its content could not move into the row): a prefilled sequence
     /// is not lost, it can be bound again once a slot frees.
+    // the state rides back in the error so a caller loses nothing (a rare path: boxing
+    // it would cost every caller an allocation to read)
+    #[allow(clippy::result_large_err)]
     pub fn try_bind(&mut self, st: SeqState) -> Result<SlotHandle, (SlotError, SeqState)> {
         match self.free_slot() {
             Some(slot) => self.try_bind_at(slot, st),
@@ -177,6 +180,7 @@ impl Slots {
     /// [`Slots::bind_at`], handing the sequence back with the error. After a failed move
     /// its host layers hold what they held (a layer a device took in part holds what the
     /// device left in it: its content on a real device).
+    #[allow(clippy::result_large_err)]
     pub fn try_bind_at(&mut self, slot: usize, mut st: SeqState) -> Result<SlotHandle, (SlotError, SeqState)> {
         let n = self.slots.len();
         let Some(s) = self.slots.get_mut(slot) else { return Err((SlotError::OutOfRange { slot, n }, st)) };

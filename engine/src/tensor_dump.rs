@@ -147,5 +147,5 @@ pub fn diff_against(rec: &TensorRecorder, dir: &Path) -> Vec<DiffRow> {
 
 /// The first row whose relative error exceeds `tol` (or that could not be compared).
 pub fn first_divergence(rows: &[DiffRow], tol: f64) -> Option<&DiffRow> {
-    rows.iter().find(|r| r.rel_err.is_none_or(|e| !(e <= tol)))
+    rows.iter().find(|r| r.rel_err.is_none_or(|e| e.is_nan() || e > tol))
 }

@@ -135,7 +135,7 @@ fn mxfp4_every_scale_exponent() {
     if !rows16::available(ty, n, rows) {
         return;
     }
-    let mut rng = Rng(0x6e8_30);
+    let mut rng = Rng(0x6e830);
     let rb = ty.row_bytes(n).unwrap();
     let mut w = weights(&mut rng, ty, n, rows);
     for r in 0..rows {

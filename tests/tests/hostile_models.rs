@@ -374,7 +374,6 @@ fn cases() -> Vec<(&'static str, &'static str, Fails, Vec<u8>)> {
         t.ne[1] = 64;
         t.data.truncate(64 * 34);
     });
-    drop(case);
     // TQ1_0 needs rows of 256: a variant with a 256-wide shared expert
     // (one layer and no tokenizer, to stay under 64 KB)
     let mut s = base_with(256, GgmlType::Q8_0);

@@ -431,7 +431,7 @@ fn a_failed_bind_leaves_the_slot_free() {
     let b = slots.bind(res.new_state(64)).unwrap();
     let got = slots.step(&res, &[(b, 5)]).unwrap().data;
     let want = cpu.forward(&mut cpu.new_state(64), &[5], true).unwrap().data;
-    assert!(finite(&[got.clone()]) && got == want, "a rebound fresh sequence differs from a fresh one on the CPU");
+    assert!(finite(std::slice::from_ref(&got)) && got == want, "a rebound fresh sequence differs from a fresh one on the CPU");
 }
 
 /// A resize whose device copy fails keeps the table as it was: every sequence bound under
@@ -460,5 +460,5 @@ fn a_failed_resize_keeps_the_table() {
     };
     let want = run(&cpu, None);
     let got = run(&res, Some(&mock));
-    assert!(finite(&[got.clone()]) && got == want, "the table after a failed resize differs from the CPU");
+    assert!(finite(std::slice::from_ref(&got)) && got == want, "the table after a failed resize differs from the CPU");
 }

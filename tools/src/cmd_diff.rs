@@ -26,7 +26,7 @@ pub fn run(a: DiffArgs) -> Result<()> {
     if !a.against.is_dir() {
         bail!("--against: expected a directory of .npy files, found {}", a.against.display());
     }
-    if !(a.tol >= 0.0) {
+    if a.tol.is_nan() || a.tol < 0.0 {
         bail!("--tol: expected a value ≥ 0, found {}", a.tol);
     }
     let tokens = load::parse_tokens(&a.tokens)?;
@@ -42,7 +42,7 @@ pub fn run(a: DiffArgs) -> Result<()> {
     for r in &rows {
         let rel = r.rel_err.map_or("-".into(), |e| format!("{e:.3e}"));
         let max = r.max_abs.map_or("-".into(), |e| format!("{e:.3e}"));
-        let flag = if r.rel_err.is_none_or(|e| !(e <= a.tol)) { " !" } else { "" };
+        let flag = if r.rel_err.is_none_or(|e| e.is_nan() || e > a.tol) { " !" } else { "" };
         o.push_str(&format!("{:<36} {rel:>12} {max:>12}{flag} {}\n", r.name, r.note));
     }
     o.push_str(&format!("compared {} tensors (tolerance {:e})\n", rows.len(), a.tol));

@@ -72,11 +72,11 @@ pub fn run(a: DumpArgs) -> Result<()> {
         let p = plan.as_ref().expect("only used with --plan");
         let np = g.find(&n.name).map(|id| &p.nodes[id.index()]);
         match np.and_then(|np| np.seg.map(|s| (s, np.die))) {
-            Some((s, die)) => (format!("segment {s} @{}", p.dies[die as usize]), palette[die as usize % 2].to_string()),
+            Some((s, die)) => (format!("segment {s} @{}", p.dies[die]), palette[die % 2].to_string()),
             None => ("unplaced".to_string(), "white".to_string()),
         }
     };
-    let cluster: Option<&dyn Fn(&pn_engine::Node) -> (String, String)> = if a.plan { Some(&by_segment) } else { None };
+    let cluster: Option<pn_engine::dump::ClusterOf<'_>> = if a.plan { Some(&by_segment) } else { None };
     let mut text = match a.format {
         Fmt::Text => dump::text(&g, layers, annotate),
         Fmt::Dot => dump::dot(&g, layers, cluster),

@@ -5,6 +5,9 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+/// (slots, environment, extra flags) of one `pn batch` run.
+type Case = (&'static str, Vec<(&'static str, &'static str)>, Vec<&'static str>);
+
 fn tmp(name: &str, text: &str) -> String {
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("batch");
     std::fs::create_dir_all(&d).unwrap();
@@ -54,7 +57,7 @@ fn batch_equals_run_per_prompt_in_input_order() {
     let want: Vec<String> = PROMPTS.iter().map(|p| run_alone(p, "10")).collect();
     // the CPU default is synchronous steps with new prompts prefilled in chunks inside
     // them (mixed passes); PN_ASYNC=1 overlaps whole prefills with async steps
-    let cases: [(&str, Vec<(&str, &str)>, Vec<&str>); 5] = [
+    let cases: [Case; 5] = [
         ("3", vec![], vec![]),
         ("16", vec![], vec![]),
         ("2", vec![], vec!["--prefill-chunk", "2"]),

@@ -365,7 +365,7 @@ impl HostKernels for CpuBackend {
                 } else {
                     idle += 1;
                     // let an oversubscribed machine's other work run now and then
-                    if idle % 64 == 0 {
+                    if idle.is_multiple_of(64) {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();

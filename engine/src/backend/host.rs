@@ -231,7 +231,7 @@ impl<K: HostKernels> HostExec<K> {
         spans: &[SeqSpan],
         layers: &mut [&mut [LayerState]],
         timing: &mut Option<&mut (dyn FnMut(usize) + Send)>,
-        mut observe: Option<&mut dyn FnMut(usize, &Tensor)>,
+        mut observe: Option<crate::backend::Observer<'_>>,
     ) -> Result<(), ExecError> {
         for (i, oc) in self.seg.ops.iter().enumerate() {
             let at = ExecError::at(i);

@@ -195,7 +195,6 @@ impl Compiled {
             let node = e.op.map_or("(MTP graph)".to_string(), |i| format!("MTP op {i}"));
             op_err(&node, e.source)
         })?;
-        drop(io);
         if let Some(t) = &self.times {
             let mut t = t.lock().expect("timing table");
             for (k, ns) in acc {

@@ -472,7 +472,7 @@ mod tests {
                 } else {
                     split_signed::<8, 8, 128>(&pk, &mut sp);
                 }
-                let (hi, lo): ([i8; 4096], [i8; 4096]) = (std::mem::transmute(sp.hi), std::mem::transmute(sp.lo));
+                let (hi, lo): ([i8; 4096], [i8; 4096]) = (std::mem::transmute::<[__m512i; 64], [i8; 4096]>(sp.hi), std::mem::transmute::<[__m512i; 64], [i8; 4096]>(sp.lo));
                 for v in 0..64 {
                     let s = v / gs;
                     for byte in 0..64 {

@@ -558,6 +558,27 @@ fn prefetch_t0() -> bool {
     })
 }
 
+/// `f(g, nr, next)` for each group of `group` rows of `w` (row stride `wstride`, `wrb`
+/// bytes a row): `g` its first row, `nr` ≤ `group` its rows, `next` the following group's
+/// weights to prefetch meanwhile (`next_group`): the loop of every prefetching packed kernel.
+#[inline(always)]
+pub(super) fn each_group(w: &[u8], rows: usize, group: usize, wstride: usize, wrb: usize, mut f: impl FnMut(usize, usize, Option<(*const u8, usize)>)) {
+    for g in (0..rows).step_by(group) {
+        f(g, (rows - g).min(group), next_group(w, g, group, rows, wstride, wrb));
+    }
+}
+
+/// The bytes of the row group after rows `g..g + group` (at most `group` rows, inside
+/// `w`: the last row ends at its `wrb` bytes), for the packed kernels' prefetch; `None`
+/// after the last group.
+fn next_group(w: &[u8], g: usize, group: usize, rows: usize, wstride: usize, wrb: usize) -> Option<(*const u8, usize)> {
+    (g + group < rows).then(|| {
+        let end = ((rows - 1) * wstride + wrb).min(w.len());
+        let start = (g + group) * wstride;
+        (w[start..end].as_ptr(), (group * wstride).min(end - start))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::x86_k;
@@ -615,26 +636,3 @@ mod tests {
         }
     }
 }
-
-/// `f(g, nr, next)` for each group of `group` rows of `w` (row stride `wstride`, `wrb`
-/// bytes a row): `g` its first row, `nr` ≤ `group` its rows, `next` the following group's
-/// weights to prefetch meanwhile (`next_group`): the loop of every prefetching packed kernel.
-#[inline(always)]
-pub(super) fn each_group(w: &[u8], rows: usize, group: usize, wstride: usize, wrb: usize, mut f: impl FnMut(usize, usize, Option<(*const u8, usize)>)) {
-    for g in (0..rows).step_by(group) {
-        f(g, (rows - g).min(group), next_group(w, g, group, rows, wstride, wrb));
-    }
-}
-
-/// The bytes of the row group after rows `g..g + group` (at most `group` rows, inside
-/// `w`: the last row ends at its `wrb` bytes), for the packed kernels' prefetch; `None`
-/// after the last group.
-fn next_group(w: &[u8], g: usize, group: usize, rows: usize, wstride: usize, wrb: usize) -> Option<(*const u8, usize)> {
-    (g + group < rows).then(|| {
-        let end = ((rows - 1) * wstride + wrb).min(w.len());
-        let start = (g + group) * wstride;
-        (w[start..end].as_ptr(), (group * wstride).min(end - start))
-    })
-}
-
-
