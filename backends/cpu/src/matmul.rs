@@ -8,8 +8,8 @@ use pn_ops::reference::common::{act_f32, act_format, act_i32, out_f32, qerr, wei
 use pn_ops::{GgmlType, OpError, Tensor, TensorMeta, Value, WeightView};
 use rayon::prelude::*;
 
-/// Rows of weights per parallel task.
-const ROW_BLOCK: usize = 16;
+/// Rows of weights per one-token task at most ([`row_block_one`]).
+const ROW_BLOCK_MAX: usize = 256;
 /// Rows of weights per parallel task with several tokens (8-row groups of the packed
 /// kernels; the next group's rows are prefetched inside a task).
 const ROW_BLOCK_BATCH: usize = 64;
@@ -88,13 +88,14 @@ pub fn gemm(w: &WeightView<'_>, k: usize, n: usize, xq: &[u8], rb: usize, t: usi
     let work = k.max(1);
     if t == 1 {
         // y is [n]: split it by row blocks directly.
-        let run = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * ROW_BLOCK, ys.len(), xq, rb, 1, ys, 1);
+        let rbo = row_block_one(n);
+        let run = |b: usize, ys: &mut [f32]| dot_rows(w, k, b * rbo, ys.len(), xq, rb, 1, ys, 1);
         if n * work < par::SERIAL_WORK || par::outside_pool() {
-            y.chunks_mut(ROW_BLOCK).enumerate().for_each(|(b, ys)| run(b, ys));
+            y.chunks_mut(rbo).enumerate().for_each(|(b, ys)| run(b, ys));
         } else {
-            y.par_chunks_mut(ROW_BLOCK)
+            y.par_chunks_mut(rbo)
                 .enumerate()
-                .with_min_len((par::SERIAL_WORK / (ROW_BLOCK * work)).max(1))
+                .with_min_len((par::SERIAL_WORK / (rbo * work)).max(1))
                 .for_each(|(b, ys)| run(b, ys));
         }
         return;
@@ -205,6 +206,20 @@ fn row_block_batch(ty: GgmlType) -> usize {
     use GgmlType::*;
     let rows = if matches!(ty, Q8_0 | Q4_0 | IQ4NL | MXFP4) { 256 } else { ROW_BLOCK_BATCH };
     tuned!(KNOB_ROW_BLOCK_BATCH, rows).max(16) / 16 * 16
+}
+
+/// Rows a one-token matmul task takes: as many as leave each thread 4 tasks (the end of
+/// a product balanced to a task's share), in 16-row groups, 16 to `ROW_BLOCK_MAX`. Each
+/// task is one kernel call, and a call has its fixed costs (the activations' corrections
+/// and scales made again, the scratch borrowed, the weight stream's prefetch started):
+/// 16-row tasks, as before, left 7–10% of a one-token Q8_0 2048×4096 / 4096×2048 or
+/// Q6_K 512×16384 product on the table against 256 (`moe_bench matmul_few_tokens`, knob
+/// 25, Xeon 6/207, 2 threads, calls alternated). A benchmark's knob
+/// (`pn_ops::quant::KNOB_ROW_BLOCK`) overrides it.
+#[inline]
+fn row_block_one(n: usize) -> usize {
+    let share = n / (4 * rayon::current_num_threads().max(1));
+    tuned!(KNOB_ROW_BLOCK, share.clamp(16, ROW_BLOCK_MAX)).max(16) / 16 * 16
 }
 
 /// Whether the `rows16` copies are read (a benchmark's A/B may turn them off:

@@ -296,7 +296,7 @@ pub(super) fn padded_tail(a: &[u8], astride: usize, m: usize, rb: usize, buf: &m
 /// kernel is bitwise equal to `vec_dot`, so a knob changes speed only.
 static KNOBS: [AtomicUsize; N_KNOBS] = [const { AtomicUsize::new(usize::MAX) }; N_KNOBS];
 /// How many knobs there are.
-pub const N_KNOBS: usize = 25;
+pub const N_KNOBS: usize = 26;
 /// `KNOBS[0]`: `PACK_MIN_TOKENS` for the K-quants (AVX-512).
 pub const KNOB_PACK_FROM: usize = 0;
 /// `KNOBS[1..=4]`: the ends of `FUSED16_Q4K` and `FUSED16_Q6K` (an empty range disables).
@@ -355,6 +355,8 @@ pub const KNOB_PACK8_BCAST_FROM: usize = 23;
 /// (`rows16::vec_dot_block_tokens` says no) instead of the kernels' token-major stores:
 /// an A/B of the two in one process.
 pub const KNOB_TOKEN_MAJOR: usize = 24;
+/// `KNOBS[25]`: the CPU backend's `ROW_BLOCK` (rows a one-token matmul task takes).
+pub const KNOB_ROW_BLOCK: usize = 25;
 
 /// Knob `i`, or `default` when unset.
 #[inline(always)]
