@@ -10,13 +10,8 @@ use pn_ops::quant::{KNOB_MOE_FUSED_UPTO, N_KNOBS};
 use pn_ops::reference::common::meta_of;
 use pn_ops::*;
 
-/// `rows` rows of `k` elements of `ty` (Q4_K / Q6_K / Q8_0) quantized from random floats.
-fn weights(ty: GgmlType, k: usize, rows: usize, seed: u32) -> Vec<u8> {
-    let x = pn_ops::testing::uniform(k * rows, seed, 99991);
-    let mut out = vec![0u8; ty.row_bytes(k).unwrap() * rows];
-    pn_ops::quant::quantize_weights::quantize_weights(ty, &x, &mut out).unwrap();
-    out
-}
+mod common;
+use common::{bits, weights};
 
 /// The `rows16` copy the loader would make (None where the type has none).
 fn rows16(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Option<Vec<u8>> {
@@ -28,10 +23,6 @@ fn rows16(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Option<Vec<u8>> {
 fn view<'a>(ty: GgmlType, shape: Shape, bytes: &'a [u8], p: &'a Option<Vec<u8>>, with16: bool) -> Value<'a> {
     let rows16 = if with16 { p.as_deref() } else { None };
     Value::Weight(WeightView { name: "w", ty, shape, bytes, rows16 })
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.as_f32().iter().map(|v| v.to_bits()).collect()
 }
 
 #[test]

@@ -10,16 +10,8 @@ use pn_ops::quant::{KNOB_ROW_BLOCK, KNOB_ROW_BLOCK_BATCH, KNOB_TOKEN_MAJOR, N_KN
 use pn_ops::reference::common::meta_of;
 use pn_ops::*;
 
-fn weights(ty: GgmlType, k: usize, rows: usize, seed: u32) -> Vec<u8> {
-    let x = pn_ops::testing::uniform(k * rows, seed, 99991);
-    let mut out = vec![0u8; ty.row_bytes(k).unwrap() * rows];
-    pn_ops::quant::quantize_weights::quantize_weights(ty, &x, &mut out).unwrap();
-    out
-}
-
-fn bits(t: &Tensor) -> Vec<u32> {
-    t.as_f32().iter().map(|v| v.to_bits()).collect()
-}
+mod common;
+use common::{bits, weights};
 
 #[test]
 fn a_partial_rows16_copy_gives_the_reference_bits() {
