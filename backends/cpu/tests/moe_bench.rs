@@ -12,6 +12,8 @@
 //! them; knob 10 (`KNOB_ROWS16`) at 0 reads the plain rows: `CFGS="plain=10:0;r16="`.
 #![cfg(target_arch = "x86_64")]
 
+mod common;
+
 use pn_cpu::CpuBackend;
 use pn_engine::HostKernels;
 use pn_ops::reference::common::meta_of;
@@ -147,16 +149,9 @@ fn moe_few_tokens() {
     }
 }
 
-/// `w` (`rows` rows of `k` elements of `ty`) in the `rows16` layout where the loader
-/// would make it (empty: none): its whole 16-row groups, as the loader copies a matrix.
+/// `w`'s `rows16` copy as the loader makes it (`common::rows16_copy`; empty: none).
 fn rows16_of(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Vec<u8> {
-    let covered = rows / 16 * 16;
-    let mut p = vec![0u8; covered * ty.row_bytes(k).unwrap_or(0)];
-    if pn_ops::quant::rows16::repack(ty, k, covered, &w[..p.len()], &mut p) {
-        p
-    } else {
-        Vec::new()
-    }
+    common::rows16_copy(ty, k, rows, w).unwrap_or_default()
 }
 
 /// A weight's `rows16` copy for its view (None where `rows16_of` made none).

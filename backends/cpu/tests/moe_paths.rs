@@ -11,13 +11,7 @@ use pn_ops::reference::common::meta_of;
 use pn_ops::*;
 
 mod common;
-use common::{bits, weights};
-
-/// The `rows16` copy the loader would make (None where the type has none).
-fn rows16(ty: GgmlType, k: usize, rows: usize, w: &[u8]) -> Option<Vec<u8>> {
-    let mut p = vec![0u8; w.len()];
-    pn_ops::quant::rows16::repack(ty, k, rows, w, &mut p).then_some(p)
-}
+use common::{bits, rows16_copy as rows16, weights};
 
 /// A weight, with its `rows16` copy when `with16`.
 fn view<'a>(ty: GgmlType, shape: Shape, bytes: &'a [u8], p: &'a Option<Vec<u8>>, with16: bool) -> Value<'a> {

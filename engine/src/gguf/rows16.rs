@@ -1,10 +1,11 @@
 //! The `rows16` copies of a file's quantized weights (`pn_ops::quant::rows16`): the rows
 //! interleaved 16 at a time as the CPU's 16-row kernels read them, made once at load for
 //! the weights a host die multiplies every step, so no matmul re-transposes its rows per
-//! call. Same size as the plain bytes; a mapped file then drops its pages of the plain
-//! copy (they come back from the page cache for any other reader), so the resident set
-//! stays about the file's size. A file read into anonymous memory (`LoadMode::Copy`)
-//! gets no copies: its plain bytes could not be dropped.
+//! call. The size of the plain rows it holds (all of them, or a matrix's whole 16-row
+//! groups); a mapped file then drops its pages of the plain copy (they come back from
+//! the page cache for any other reader), so the resident set stays about the file's
+//! size. A file read into anonymous memory (`LoadMode::Copy`) gets no copies: its plain
+//! bytes could not be dropped.
 
 use super::{Backing, Gguf};
 use pn_ops::quant::rows16;

@@ -3,7 +3,7 @@
 //! 16-row kernels read them (`x86_rows16`, `x86_pack_q8`). A host backend makes it once
 //! at load, for the weights its matmuls stream every step; the plain bytes stay the
 //! weight's (`WeightView::bytes`), this is a second copy (`WeightView::rows16`) whose dots
-//! are bitwise the plain rows' `vec_dot`. The same size as the plain bytes.
+//! are bitwise the plain rows' `vec_dot`. The same size as the plain rows it holds.
 //!
 //! On a CPU with AVX2 but not AVX-512 VNNI the copy (every format above) is
 //! the 8-row layout of the AVX2 kernels instead (`x86_rows8`, `x86_rows8_q8`: each 16-row
